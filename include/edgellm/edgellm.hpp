@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+// Umbrella header: everything in edgellm.
+#pragma once
+
+#include "edgellm/config.hpp"
+#include "edgellm/kernels/awq.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/formats.hpp"
+#include "edgellm/kernels/matmul.hpp"
+#include "edgellm/kernels/quantize.hpp"
+#include "edgellm/kernels/reference.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"

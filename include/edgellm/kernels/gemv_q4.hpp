@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exact-path int4 GEMV (decode, y = W x): dequantise and FMA in fp32, written once with xsimd.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <xsimd/xsimd.hpp>
+
+#include "edgellm/config.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/formats.hpp"
+
+// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics
+// (`__m512 __Y = __Y;`, GCC bug 105593) wherever they are inlined into a kernel.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace edgellm::kernels {
+
+/// Numerics of the exact path. Per group g of G inputs and per row r it forms
+///     a_g = sum_{k in g} (q[r][k] - z[r][g]) * x[k]        in fp32 ((q - z) is exact)
+/// and y[r] = bias[r] + sum_g s[r][g] * a_g in fp32, groups in order. With u = 2^-24, the
+/// standard summation bound gives |y - y_exact| <= (G + n_groups + 2) * u * sum_k |w[r][k] x[k]|
+/// (G/8 + n_groups + 3 with the 8 interleaved accumulators used here; the tests check the
+/// looser form). The result is independent of the thread count and of how rows are split.
+/// NaN or Inf in x propagates to every output (IEEE arithmetic, no special-casing).
+///
+/// gemv_f32_qa4g<G>_exact<Arch>: rows of tiles [t_begin, t_end); y receives rows
+/// [16 t_begin, min(16 t_end, n)). x: [k] fp32, any alignment. bias: [n] or null.
+template <class Arch, std::size_t G>
+void gemv_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x,
+                         const float* EDGELLM_RESTRICT bias, float* EDGELLM_RESTRICT y,
+                         std::size_t t_begin, std::size_t t_end) noexcept {
+  using fbatch = xsimd::batch<float, Arch>;
+  using ibatch = xsimd::batch<std::int32_t, Arch>;
+  constexpr std::size_t W = fbatch::size;          // lanes = rows per batch
+  static_assert(16 % W == 0, "a tile's 16 rows must split into whole batches");
+  constexpr std::size_t NB = 16 / W;                // batches per tile
+  constexpr std::size_t NACC = NB >= 8 ? 1 : 8 / NB;  // interleaved accumulators per batch
+  const std::size_t ng = w.n_groups(), n = w.n();
+  const ibatch mask(0xF), magic(0x4B000000);  // bits of 2^23
+
+  for (std::size_t t = t_begin; t < t_end; ++t) {
+    fbatch yacc[NB];
+    for (std::size_t b = 0; b < NB; ++b) yacc[b] = fbatch(0.0f);
+    for (std::size_t g = 0; g < ng; ++g) {
+      const Q4Tile<G>* tile = w.tile<G>(t, g);
+      // zf holds 2^23 + z: OR-ing a code into the mantissa of 2^23 gives 2^23 + q exactly, so
+      // one subtraction yields q - z without an int -> float conversion.
+      alignas(64) float zf[16], sf[16];
+      for (std::size_t r = 0; r < 16; ++r) {
+        zf[r] = 8388608.0f + static_cast<float>(tile->zero[r]);
+        sf[r] = f16_to_f32(tile->scale[r]);
+      }
+      fbatch zb[NB], acc[NB][NACC];
+      for (std::size_t b = 0; b < NB; ++b) {
+        zb[b] = fbatch::load_aligned(zf + b * W);
+        for (std::size_t a = 0; a < NACC; ++a) acc[b][a] = fbatch(0.0f);
+      }
+      const float* xg = x + g * G;
+      for (std::size_t kb = 0; kb < G / 8; ++kb) {
+        const auto* words = reinterpret_cast<const std::int32_t*>(tile->codes[kb]);
+        for (std::size_t b = 0; b < NB; ++b) {
+          const ibatch v = ibatch::load_aligned(words + b * W);
+          for (std::size_t h = 0; h < 8; ++h) {  // h < 4: low nibbles, k = 8kb + h
+            const int shift = static_cast<int>(h < 4 ? 8 * h : 8 * (h - 4) + 4);
+            const ibatch bits = ((shift ? (v >> shift) : v) & mask) | magic;
+            const fbatch q = xsimd::bitwise_cast<fbatch>(bits);  // 2^23 + q
+            acc[b][h % NACC] = xsimd::fma(q - zb[b], fbatch(xg[8 * kb + h]), acc[b][h % NACC]);
+          }
+        }
+      }
+      for (std::size_t b = 0; b < NB; ++b) {
+        fbatch s = acc[b][0];
+        for (std::size_t a = 1; a < NACC; ++a) s += acc[b][a];
+        yacc[b] = xsimd::fma(s, fbatch::load_aligned(sf + b * W), yacc[b]);
+      }
+    }
+    const std::size_t row0 = t * 16;
+    alignas(64) float out[16];
+    for (std::size_t b = 0; b < NB; ++b) yacc[b].store_aligned(out + b * W);
+    const std::size_t rows = n - row0 < 16 ? n - row0 : 16;
+    for (std::size_t r = 0; r < rows; ++r) y[row0 + r] = out[r] + (bias ? bias[row0 + r] : 0.0f);
+  }
+}
+
+}  // namespace edgellm::kernels
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

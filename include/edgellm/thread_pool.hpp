@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// A small fork-join thread pool that the host application creates, sizes and owns.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edgellm/result.hpp"
+
+namespace edgellm {
+
+/// Fork-join pool of `size()` threads: the calling thread plus size() - 1 workers that live as
+/// long as the pool. `run(fn)` calls fn(thread_index, size()) once on every thread and returns
+/// when all calls have finished. Work is split statically by the callers (each kernel derives
+/// its partition from thread_index only), so results never depend on timing.
+///
+/// Thread safety: run() may be called from several application threads; calls are serialised.
+/// Calling run() from inside a task is not allowed (it would deadlock) and is asserted.
+/// Idle workers spin briefly, then sleep on an atomic wait, so an idle pool costs no CPU.
+class ThreadPool {
+ public:
+  /// Creates a pool of n_threads threads in total (the caller counts as one).
+  static result<std::unique_ptr<ThreadPool>> create(std::size_t n_threads) {
+    if (n_threads == 0) {
+      return make_error(errc::invalid_argument, "ThreadPool::create",
+                        "n_threads: must be at least 1");
+    }
+    if (n_threads > 1024) {
+      return make_error(errc::invalid_argument, "ThreadPool::create",
+                        "n_threads: " + std::to_string(n_threads) + " is more than 1024");
+    }
+    return std::unique_ptr<ThreadPool>(new ThreadPool(n_threads));
+  }
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  ~ThreadPool() {
+    stop_.store(true, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  std::size_t size() const noexcept { return workers_.size() + 1; }
+
+  /// Runs fn(thread_index, n_threads) on all threads (index 0 is the caller) and waits.
+  template <class Fn>
+  void run(Fn&& fn) {
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    const std::size_t n = size();
+    if (n == 1) {
+      fn(std::size_t{0}, std::size_t{1});
+      return;
+    }
+    Task task{&invoke<std::remove_reference_t<Fn>>, static_cast<void*>(&fn)};
+    task_ = task;
+    pending_.store(n - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.notify_all();
+    fn(std::size_t{0}, n);
+    // Wait for the workers: spin first (kernels are short), then sleep.
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < kSpins) continue;
+      const std::size_t p = pending_.load(std::memory_order_acquire);
+      if (p != 0) pending_.wait(p, std::memory_order_acquire);
+    }
+  }
+
+  /// Splits [0, count) into size() contiguous chunks and calls fn(begin, end) for each
+  /// non-empty chunk, chunk t on thread t. The partition depends only on count and size().
+  template <class Fn>
+  void parallel_for(std::size_t count, Fn&& fn) {
+    run([&](std::size_t t, std::size_t nt) {
+      const std::size_t b = count * t / nt, e = count * (t + 1) / nt;
+      if (b < e) fn(b, e);
+    });
+  }
+
+ private:
+  struct Task {
+    void (*call)(void*, std::size_t, std::size_t);
+    void* ctx;
+  };
+  template <class F>
+  static void invoke(void* ctx, std::size_t t, std::size_t n) {
+    (*static_cast<F*>(ctx))(t, n);
+  }
+
+  explicit ThreadPool(std::size_t n_threads) {
+    workers_.reserve(n_threads - 1);
+    for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  }
+
+  void worker(std::size_t index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::uint64_t g = generation_.load(std::memory_order_acquire);
+      for (int spin = 0; g == seen; ++spin) {
+        if (spin >= kSpins) generation_.wait(seen, std::memory_order_acquire);
+        g = generation_.load(std::memory_order_acquire);
+      }
+      seen = g;
+      if (stop_.load(std::memory_order_acquire)) return;
+      const Task task = task_;
+      task.call(task.ctx, index, size());
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    }
+  }
+
+  static constexpr int kSpins = 20000;
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;
+  Task task_{nullptr, nullptr};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::size_t> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+/// Runs fn over [0, count) on the pool, or inline when pool is null.
+template <class Fn>
+void parallel_for(ThreadPool* pool, std::size_t count, Fn&& fn) {
+  if (pool == nullptr || pool->size() == 1) {
+    if (count) fn(std::size_t{0}, count);
+  } else {
+    pool->parallel_for(count, fn);
+  }
+}
+
+}  // namespace edgellm

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "edgellm/thread_pool.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+using namespace edgellm;
+
+TEST_CASE("ThreadPool::create rejects a thread count of 0", "[thread_pool]") {
+  auto p = ThreadPool::create(0);
+  REQUIRE_FALSE(p);
+  REQUIRE(p.error().code == errc::invalid_argument);
+  REQUIRE_THAT(p.error().message, Catch::Contains("n_threads"));
+}
+
+TEST_CASE("ThreadPool runs every index once, on distinct threads", "[thread_pool]") {
+  for (std::size_t n : {1, 2, 3, 5}) {
+    auto pool = ThreadPool::create(n);
+    REQUIRE(pool);
+    REQUIRE((*pool)->size() == n);
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::atomic<int>> hits(n);
+      std::vector<std::thread::id> ids(n);
+      (*pool)->run([&](std::size_t t, std::size_t nt) {
+        REQUIRE(nt == n);
+        hits[t].fetch_add(1);
+        ids[t] = std::this_thread::get_id();
+      });
+      for (std::size_t t = 0; t < n; ++t) REQUIRE(hits[t].load() == 1);
+      REQUIRE(ids[0] == std::this_thread::get_id());
+      for (std::size_t a = 0; a < n; ++a)
+        for (std::size_t b = a + 1; b < n; ++b) REQUIRE(ids[a] != ids[b]);
+    }
+  }
+}
+
+TEST_CASE("parallel_for covers [0, count) exactly once with a fixed partition",
+          "[thread_pool]") {
+  auto pool = ThreadPool::create(3);
+  REQUIRE(pool);
+  for (std::size_t count : {0, 1, 2, 3, 10, 1000}) {
+    std::vector<int> seen(count, 0);
+    std::vector<std::pair<std::size_t, std::size_t>> chunks;
+    std::mutex m;
+    (*pool)->parallel_for(count, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) seen[i]++;
+      std::lock_guard<std::mutex> lock(m);
+      chunks.emplace_back(b, e);
+    });
+    for (int s : seen) REQUIRE(s == 1);
+    for (auto [b, e] : chunks) REQUIRE(b < e);
+  }
+}
+
+TEST_CASE("ThreadPool::run may be called from several application threads", "[thread_pool]") {
+  auto pool = ThreadPool::create(2);
+  REQUIRE(pool);
+  std::atomic<long> total{0};
+  std::vector<std::thread> apps;
+  for (int a = 0; a < 3; ++a)
+    apps.emplace_back([&] {
+      for (int i = 0; i < 300; ++i)
+        (*pool)->parallel_for(10, [&](std::size_t b, std::size_t e) {
+          total.fetch_add(static_cast<long>(e - b));
+        });
+    });
+  for (auto& t : apps) t.join();
+  REQUIRE(total.load() == 3 * 300 * 10);
+}
