@@ -10,17 +10,99 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "edgellm/detail/cpu_features.hpp"
+#include "edgellm/kernels/arch/x86_q4_fast.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/gemm_q4.hpp"
+#include "edgellm/kernels/gemm_q4_fast.hpp"
 #include "edgellm/kernels/gemv_q4.hpp"
+#include "edgellm/kernels/q8_activations.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
 namespace edgellm::kernels {
 
+/// Which arithmetic a matmul uses.
+enum class MatmulPath {
+  exact,  ///< dequantise to fp32 and FMA: error only from fp32 summation (gemv_q4.hpp)
+  fast,   ///< W4A8: activations quantised to int8 per group, integer dot products; error
+          ///< bounded by reference::gemm_q4_fast's stated bound (activation rounding)
+};
+
+/// Microkernel families of the fast path. `best` picks the fastest the running CPU supports.
+enum class Isa { best, generic, avx2, avx_vnni, avx512_vnni };
+
+inline const char* isa_name(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::best: return "best";
+    case Isa::generic: return "generic";
+    case Isa::avx2: return "avx2";
+    case Isa::avx_vnni: return "avx_vnni";
+    case Isa::avx512_vnni: return "avx512_vnni";
+  }
+  return "?";
+}
+
+/// Whether this build and the running CPU can run the microkernel family.
+inline bool isa_supported(Isa isa) noexcept {
+  const auto& f = edgellm::detail::cpu_features();
+  switch (isa) {
+    case Isa::best:
+    case Isa::generic: return true;
+#if EDGELLM_X86_MICROKERNELS
+    case Isa::avx2: return f.avx2;
+    case Isa::avx_vnni: return f.avx_vnni;
+    case Isa::avx512_vnni: return f.avx512_vnni;
+#else
+    default: (void)f; return false;
+#endif
+  }
+  return false;
+}
+
+/// The fastest supported family, checked at run time: a binary built on a newer CPU falls
+/// back on an older one instead of dying with an illegal instruction.
+inline Isa best_isa() noexcept {
+  for (Isa isa : {Isa::avx512_vnni, Isa::avx_vnni, Isa::avx2})
+    if (isa_supported(isa)) return isa;
+  return Isa::generic;
+}
+
+/// Caller-owned scratch memory for the fast path (quantised activations). Reuse one per
+/// session/thread to avoid an allocation per call; not thread-safe itself.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() { release(); }
+  /// A 64-byte aligned buffer of at least `bytes`, or null if allocation failed.
+  std::byte* get(std::size_t bytes) noexcept {
+    if (bytes > capacity_) {
+      release();
+      data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}, std::nothrow));
+      capacity_ = data_ ? bytes : 0;
+    }
+    return data_;
+  }
+  std::size_t capacity() const noexcept { return capacity_; }
+
+ private:
+  void release() noexcept {
+    if (data_) ::operator delete(data_, std::align_val_t{64});
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+  std::byte* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
 /// How the caller wants a matmul run. The pool is the host's; null means the calling thread.
 struct MatmulOptions {
   ThreadPool* pool = nullptr;
+  MatmulPath path = MatmulPath::exact;
+  Isa isa = Isa::best;             ///< fast path only; forcing an unsupported one is an error
+  Workspace* workspace = nullptr;  ///< fast path scratch; null allocates per call
 };
 
 namespace detail {
@@ -66,9 +148,55 @@ inline status check_matmul_args(std::string_view where, const Q4Matrix& w, std::
   }
   return {};
 }
+
+template <class Arch>
+status run_fast(std::string_view where, const Q4Matrix& w, const float* x, std::size_t ldx,
+                std::size_t m, const float* bias, float* y, std::size_t ldy,
+                const MatmulOptions& opts) {
+  Isa isa = opts.isa == Isa::best ? best_isa() : opts.isa;
+  if (!isa_supported(isa)) {
+    return make_error(errc::unsupported, where,
+                      std::string("isa: ") + isa_name(isa) + " is not supported by this CPU/build");
+  }
+  const std::size_t G = w.group_size(), k = w.k();
+  Workspace local;
+  Workspace& ws = opts.workspace ? *opts.workspace : local;
+  std::byte* buf = ws.get(q8_activation_bytes(m, k, G));
+  if (buf == nullptr) {
+    return make_error(errc::capacity_exceeded, where, "workspace: allocation failed");
+  }
+  const Q8ActivationsView a = make_q8_view(buf, m, k, G);
+  parallel_for(opts.pool, m, [&](std::size_t i0, std::size_t i1) {
+    quantize_activations_q8<Arch>(x, ldx, a, i0, i1);
+  });
+  auto with_micro = [&](auto micro_tag, auto g_const) {
+    using Micro = typename decltype(micro_tag)::type;
+    constexpr std::size_t GG = decltype(g_const)::value;
+    parallel_for(opts.pool, w.n_tiles(), [&](std::size_t t0, std::size_t t1) {
+      gemm_q4_fast_tiles<Micro, GG>(w, a, bias, y, ldy, t0, t1);
+    });
+  };
+  auto with_group = [&](auto micro_tag) {
+    switch (G) {
+      case 32: with_micro(micro_tag, std::integral_constant<std::size_t, 32>{}); break;
+      case 64: with_micro(micro_tag, std::integral_constant<std::size_t, 64>{}); break;
+      default: with_micro(micro_tag, std::integral_constant<std::size_t, 128>{}); break;
+    }
+  };
+  switch (isa) {
+#if EDGELLM_X86_MICROKERNELS
+    case Isa::avx512_vnni: with_group(std::type_identity<arch::Q4FastMicroAvx512Vnni>{}); break;
+    case Isa::avx_vnni: with_group(std::type_identity<arch::Q4FastMicroAvxVnni>{}); break;
+    case Isa::avx2: with_group(std::type_identity<arch::Q4FastMicroAvx2>{}); break;
+#endif
+    default: with_group(std::type_identity<Q4FastMicroGeneric<Arch>>{}); break;
+  }
+  return {};
+}
 }  // namespace detail
 
-/// y = W x (+ bias), exact path, fp32 in and out. x: [k], y: [n], bias: [n] or empty.
+/// y = W x (+ bias), fp32 in and out, on opts.path (exact by default). x: [k], y: [n],
+/// bias: [n] or empty.
 /// Output tiles of 16 rows are split evenly across opts.pool; the result is bit-identical for
 /// every thread count. Errors name the bad argument; nothing is written on error.
 template <class Arch = xsimd::default_arch>
@@ -79,6 +207,8 @@ status gemv(const Q4Matrix& w, std::span<const float> x, std::span<float> y,
       !st)
     return st;
   const float* b = bias.empty() ? nullptr : bias.data();
+  if (opts.path == MatmulPath::fast)
+    return detail::run_fast<Arch>("gemv", w, x.data(), w.k(), 1, b, y.data(), w.n(), opts);
   auto body = [&](auto g_const) {
     constexpr std::size_t G = decltype(g_const)::value;
     parallel_for(opts.pool, w.n_tiles(), [&](std::size_t t0, std::size_t t1) {
@@ -93,7 +223,7 @@ status gemv(const Q4Matrix& w, std::span<const float> x, std::span<float> y,
   return {};
 }
 
-/// Y = X W^T (+ bias), exact path. X: [m][ldx], Y: [m][ldy] row-major (ldx >= k, ldy >= n;
+/// Y = X W^T (+ bias), on opts.path. X: [m][ldx], Y: [m][ldy] row-major (ldx >= k, ldy >= n;
 /// 0 means packed: k and n). Tiles split across opts.pool; bit-identical for every thread count.
 template <class Arch = xsimd::default_arch>
 status gemm(const Q4Matrix& w, std::span<const float> x, std::size_t m, std::span<float> y,
@@ -106,6 +236,8 @@ status gemm(const Q4Matrix& w, std::span<const float> x, std::size_t m, std::spa
       !st)
     return st;
   const float* b = bias.empty() ? nullptr : bias.data();
+  if (opts.path == MatmulPath::fast)
+    return detail::run_fast<Arch>("gemm", w, x.data(), ldx, m, b, y.data(), ldy, opts);
   auto body = [&](auto g_const) {
     constexpr std::size_t G = decltype(g_const)::value;
     parallel_for(opts.pool, w.n_tiles(), [&](std::size_t t0, std::size_t t1) {

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
+#include "edgellm/kernels/q8_activations.hpp"
 
 namespace edgellm::kernels::reference {
 
@@ -52,6 +54,77 @@ inline double abs_dot(const Q4Matrix& w, const float* x, std::size_t r) {
     acc += std::fabs(wv * static_cast<double>(x[c]));
   }
   return acc;
+}
+
+/// Fast path, step 1: per-group int8 quantisation of X [m][ldx] (see Q8ActivationsView).
+inline void quantize_activations_q8(const float* x, std::size_t ldx, const Q8ActivationsView& out) {
+  const std::size_t G = out.group_size, ng = out.n_groups();
+  for (std::size_t i = 0; i < out.m; ++i) {
+    for (std::size_t g = 0; g < ng; ++g) {
+      const float* xg = x + i * ldx + g * G;
+      float amax = 0.0f;
+      bool finite = true;
+      for (std::size_t c = 0; c < G; ++c) {
+        finite = finite && std::isfinite(xg[c]);
+        amax = std::max(amax, std::fabs(xg[c]));
+      }
+      std::int32_t sum = 0;
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (std::size_t c = 0; c < G; ++c) {
+        const auto q = finite ? static_cast<std::int32_t>(std::nearbyint(xg[c] * inv)) : 0;
+        out.q[i * out.k + g * G + c] = static_cast<std::int8_t>(q);
+        sum += q;
+      }
+      out.scale[i * ng + g] = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+      out.sum[i * ng + g] = sum;
+    }
+  }
+}
+
+/// Fast path, step 2 (W4A8): for every row i of the quantised activations and output r,
+///   y[i][r] = bias[r] + sum_g fma-chain of  t_g * (s[r][g] * dx[i][g])
+///   t_g = sum_{k in g} q[r][k] * xq[i][k] - z[r][g] * xsum[i][g]      (exact integer)
+/// evaluated as y = fma(float(t_g), s * dx, y) over g in order, then + bias. Every microkernel
+/// performs exactly these operations, so all ISAs agree with this twin bit for bit.
+/// Error against the exact product W x (derived from |x - dx q| <= dx / 2 per element):
+///   |y_fast - y_exact| <= sum_g (dx_g / 2) * sum_{k in g} |w[r][k]|
+///                         + (n_groups + 2) * 2^-24 * sum_k |w[r][k] x[k]|  (fp32 epilogue)
+/// (plus a relative 2^-24 per group for the rounding of s * dx, included in the second term).
+inline void gemm_q4_fast(const Q4Matrix& w, const Q8ActivationsView& a, const float* bias,
+                         float* y, std::size_t ldy) {
+  const std::size_t n = w.n(), G = w.group_size(), ng = w.n_groups();
+  for (std::size_t i = 0; i < a.m; ++i) {
+    for (std::size_t r = 0; r < n; ++r) {
+      float acc = 0.0f;
+      for (std::size_t g = 0; g < ng; ++g) {
+        std::int32_t dot = 0;
+        for (std::size_t c = g * G; c < (g + 1) * G; ++c)
+          dot += static_cast<std::int32_t>(w.code(r, c)) * a.q[i * a.k + c];
+        const std::int32_t t = dot - static_cast<std::int32_t>(w.zero(r, g)) * a.sum[i * ng + g];
+        const float sdx = f16_to_f32(w.scale_bits(r, g)) * a.scale[i * ng + g];
+        acc = std::fma(static_cast<float>(t), sdx, acc);
+      }
+      y[i * ldy + r] = acc + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+/// The fast path's error bound for output r and one activation row x (see gemm_q4_fast).
+inline double fast_error_bound(const Q4Matrix& w, const float* x, std::size_t r) {
+  const std::size_t G = w.group_size(), ng = w.n_groups();
+  double bound = 0.0;
+  for (std::size_t g = 0; g < ng; ++g) {
+    double amax = 0.0, wsum = 0.0;
+    for (std::size_t c = g * G; c < (g + 1) * G; ++c) {
+      amax = std::max(amax, static_cast<double>(std::fabs(x[c])));
+      wsum += std::fabs((static_cast<int>(w.code(r, c)) - static_cast<int>(w.zero(r, g))) *
+                        static_cast<double>(f16_to_f32(w.scale_bits(r, g))));
+    }
+    // dx is amax / 127 rounded to fp32: allow its relative rounding too.
+    bound += (amax / 127.0) * (1.0 + 1e-6) * 0.5 * wsum;
+  }
+  // The fp32 epilogue rounds terms whose magnitudes add up to at most abs_dot + bound.
+  return bound + static_cast<double>(ng + 2) * std::ldexp(1.0, -24) * (abs_dot(w, x, r) + bound) * 1.01;
 }
 
 }  // namespace edgellm::kernels::reference

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fast-path (W4A8) int4 GEMM/GEMV driver: integer dot products of int8 activations with the
+// 4-bit codes, zero points folded in through per-group activation sums, fp32 scales per group.
+// The driver blocks the work; microkernels (generic xsimd here, per-ISA in arch/) do the math.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <xsimd/xsimd.hpp>
+
+#include "edgellm/config.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/formats.hpp"
+#include "edgellm/kernels/q8_activations.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see gemv_q4.hpp
+#endif
+
+namespace edgellm::kernels {
+
+/// Microkernel contract (every ISA's struct follows it):
+///   static constexpr std::size_t mr;   rows of activations per call (the register block)
+///   static constexpr const char* name; the ISA name printed by tests and benches
+///   template <std::size_t G, std::size_t MR> static void run(
+///       const Q4Tile<G>* tiles,   // the n_groups tiles of one 16-row tile row, in k order
+///       std::size_t ng,           // groups
+///       const std::int8_t* xq, std::size_t ldq,     // MR rows of int8 activations
+///       const float* dx, const std::int32_t* xs, std::size_t lds,  // MR rows of scales/sums
+///       float* out)               // [MR][16] results (no bias), 64-byte aligned
+/// computing exactly reference::gemm_q4_fast's operations for MR in {1, mr}.
+
+/// gemm_f32_qa8g<G>_qa4g<G>p16x8_<MR>x16_generic: portable xsimd microkernel. 32-bit lane r
+/// of each code word is row r; codes are extracted with shifts and masks and multiplied in
+/// int32. The epilogue is scalar so it matches the twin's std::fma on every target.
+template <class Arch>
+struct Q4FastMicroGeneric {
+  static constexpr std::size_t mr = 4;
+  static constexpr const char* name = "generic";
+
+  template <std::size_t G, std::size_t MR>
+  static void run(const Q4Tile<G>* tiles, std::size_t ng, const std::int8_t* xq, std::size_t ldq,
+                  const float* dx, const std::int32_t* xs, std::size_t lds, float* out) noexcept {
+    using ibatch = xsimd::batch<std::int32_t, Arch>;
+    constexpr std::size_t W = ibatch::size, NB = 16 / W;
+    static_assert(16 % W == 0);
+    const ibatch mask(0xF);
+    float yacc[MR][16] = {};
+    for (std::size_t g = 0; g < ng; ++g) {
+      const Q4Tile<G>* tl = tiles + g;
+      ibatch acc[MR][NB];
+      for (std::size_t i = 0; i < MR; ++i)
+        for (std::size_t b = 0; b < NB; ++b) acc[i][b] = ibatch(0);
+      for (std::size_t kb = 0; kb < G / 8; ++kb) {
+        const auto* words = reinterpret_cast<const std::int32_t*>(tl->codes[kb]);
+        for (std::size_t b = 0; b < NB; ++b) {
+          const ibatch v = ibatch::load_aligned(words + b * W);
+          for (std::size_t j = 0; j < 4; ++j) {
+            const ibatch lo = (v >> static_cast<int>(8 * j)) & mask;
+            const ibatch hi = (v >> static_cast<int>(8 * j + 4)) & mask;
+            for (std::size_t i = 0; i < MR; ++i) {
+              const std::int8_t* xp = xq + i * ldq + g * G + 8 * kb;
+              acc[i][b] += lo * ibatch(xp[j]) + hi * ibatch(xp[4 + j]);
+            }
+          }
+        }
+      }
+      for (std::size_t i = 0; i < MR; ++i) {
+        alignas(64) std::int32_t dot[16];
+        for (std::size_t b = 0; b < NB; ++b) acc[i][b].store_aligned(dot + b * W);
+        const std::int32_t sum = xs[i * lds + g];
+        const float d = dx[i * lds + g];
+        for (std::size_t r = 0; r < 16; ++r) {
+          const std::int32_t t = dot[r] - static_cast<std::int32_t>(tl->zero[r]) * sum;
+          yacc[i][r] = std::fma(static_cast<float>(t), f16_to_f32(tl->scale[r]) * d, yacc[i][r]);
+        }
+      }
+    }
+    std::memcpy(out, yacc, sizeof(yacc));
+  }
+};
+
+namespace detail {
+/// Rows of activations per cache block: 128 rows x k int8 stay in L2 while every tile row of the
+/// thread's share of W streams past them once.
+inline constexpr std::size_t kGemmFastRowBlock = 128;
+}  // namespace detail
+
+/// Runs the fast path for output tiles [t_begin, t_end) and all rows of `a`:
+/// Y[i][r] = bias[r] + (W4A8 product), Y: [m][ldy]. Thread-count invariant: each output is
+/// computed by the same operations whatever the tile split.
+template <class Micro, std::size_t G>
+void gemm_q4_fast_tiles(const Q4Matrix& w, const Q8ActivationsView& a,
+                        const float* EDGELLM_RESTRICT bias, float* EDGELLM_RESTRICT y,
+                        std::size_t ldy, std::size_t t_begin, std::size_t t_end) noexcept {
+  constexpr std::size_t MR = Micro::mr, MB = detail::kGemmFastRowBlock;
+  alignas(64) float out[MR * 16];
+  const std::size_t n = w.n(), ng = w.n_groups(), m = a.m, k = a.k;
+  for (std::size_t i0 = 0; i0 < m; i0 += MB) {
+    const std::size_t i1 = std::min(m, i0 + MB);
+    for (std::size_t t = t_begin; t < t_end; ++t) {
+      const Q4Tile<G>* tiles = w.tile<G>(t, 0);
+      const std::size_t row0 = t * 16, cols = std::min<std::size_t>(16, n - row0);
+      for (std::size_t i = i0; i < i1;) {
+        const std::size_t rows = i + MR <= i1 ? MR : 1;
+        if (rows == MR) {
+          Micro::template run<G, MR>(tiles, ng, a.q + i * k, k, a.scale + i * ng, a.sum + i * ng,
+                                     ng, out);
+        } else {
+          Micro::template run<G, 1>(tiles, ng, a.q + i * k, k, a.scale + i * ng, a.sum + i * ng,
+                                    ng, out);
+        }
+        for (std::size_t ii = 0; ii < rows; ++ii)
+          for (std::size_t c = 0; c < cols; ++c)
+            y[(i + ii) * ldy + row0 + c] = out[ii * 16 + c] + (bias ? bias[row0 + c] : 0.0f);
+        i += rows;
+      }
+    }
+  }
+}
+
+}  // namespace edgellm::kernels
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
