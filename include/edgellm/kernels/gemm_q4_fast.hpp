@@ -32,8 +32,9 @@ namespace edgellm::kernels {
 ///       std::size_t ng,           // groups
 ///       const std::int8_t* xq, std::size_t ldq,     // MR rows of int8 activations
 ///       const float* dx, const std::int32_t* xs, std::size_t lds,  // MR rows of scales/sums
-///       float* out)               // [MR][16] results (no bias), 64-byte aligned
-/// computing exactly reference::gemm_q4_fast's operations for MR in {1, mr}.
+///       float* out)               // [MR][16] running sums in and out (no bias), 64-byte aligned
+/// continuing, for the given groups, exactly reference::gemm_q4_fast's fma chain, for MR in
+/// {1, mr}. `tiles`, `xq`, `dx` and `xs` point at the first group of the range.
 
 /// gemm_f32_qa8g<G>_qa4g<G>p16x8_<MR>x16_generic: portable xsimd microkernel. 32-bit lane r
 /// of each code word is row r; codes are extracted with shifts and masks and multiplied in
@@ -50,7 +51,8 @@ struct Q4FastMicroGeneric {
     constexpr std::size_t W = ibatch::size, NB = 16 / W;
     static_assert(16 % W == 0);
     const ibatch mask(0xF);
-    float yacc[MR][16] = {};
+    float yacc[MR][16];
+    std::memcpy(yacc, out, sizeof(yacc));
     for (std::size_t g = 0; g < ng; ++g) {
       const Q4Tile<G>* tl = tiles + g;
       ibatch acc[MR][NB];
@@ -64,7 +66,7 @@ struct Q4FastMicroGeneric {
             const ibatch lo = (v >> static_cast<int>(8 * j)) & mask;
             const ibatch hi = (v >> static_cast<int>(8 * j + 4)) & mask;
             for (std::size_t i = 0; i < MR; ++i) {
-              const std::int8_t* xp = xq + i * ldq + g * G + 8 * kb;
+              const std::int8_t* xp = xq + i * ldq + g * G + 8 * kb;  // g within the range
               acc[i][b] += lo * ibatch(xp[j]) + hi * ibatch(xp[4 + j]);
             }
           }
@@ -86,39 +88,59 @@ struct Q4FastMicroGeneric {
 };
 
 namespace detail {
-/// Rows of activations per cache block: 128 rows x k int8 stay in L2 while every tile row of the
-/// thread's share of W streams past them once.
+/// Rows of activations per cache block: 128 rows x 2048 int8 (256 KiB) stay in L2 while the
+/// thread's tile rows stream past them.
 inline constexpr std::size_t kGemmFastRowBlock = 128;
+/// Inputs per cache block: a tile row's share is 16 x 2048 nibbles + scales (17 KiB, in L1).
+inline constexpr std::size_t kGemmFastKBlock = 2048;
 }  // namespace detail
 
 /// Runs the fast path for output tiles [t_begin, t_end) and all rows of `a`:
-/// Y[i][r] = bias[r] + (W4A8 product), Y: [m][ldy]. Thread-count invariant: each output is
-/// computed by the same operations whatever the tile split.
+/// Y[i][r] = bias[r] + (W4A8 product), Y: [m][ldy]. Blocked over rows (MB), inputs (KB) and
+/// tiles; partial sums of a K block are parked in Y itself, so a later block continues the
+/// same fma chain and the result is bit-identical to the unblocked twin. Thread-count
+/// invariant: each output is computed by the same operations whatever the tile split, and
+/// threads write disjoint 16-column stripes of Y (no shared cache lines inside a row block
+/// except at stripe edges, which are written once per K block).
 template <class Micro, std::size_t G>
 void gemm_q4_fast_tiles(const Q4Matrix& w, const Q8ActivationsView& a,
                         const float* EDGELLM_RESTRICT bias, float* EDGELLM_RESTRICT y,
                         std::size_t ldy, std::size_t t_begin, std::size_t t_end) noexcept {
   constexpr std::size_t MR = Micro::mr, MB = detail::kGemmFastRowBlock;
+  constexpr std::size_t KBG = detail::kGemmFastKBlock / G;  // groups per K block
   alignas(64) float out[MR * 16];
   const std::size_t n = w.n(), ng = w.n_groups(), m = a.m, k = a.k;
   for (std::size_t i0 = 0; i0 < m; i0 += MB) {
     const std::size_t i1 = std::min(m, i0 + MB);
-    for (std::size_t t = t_begin; t < t_end; ++t) {
-      const Q4Tile<G>* tiles = w.tile<G>(t, 0);
-      const std::size_t row0 = t * 16, cols = std::min<std::size_t>(16, n - row0);
-      for (std::size_t i = i0; i < i1;) {
-        const std::size_t rows = i + MR <= i1 ? MR : 1;
-        if (rows == MR) {
-          Micro::template run<G, MR>(tiles, ng, a.q + i * k, k, a.scale + i * ng, a.sum + i * ng,
-                                     ng, out);
-        } else {
-          Micro::template run<G, 1>(tiles, ng, a.q + i * k, k, a.scale + i * ng, a.sum + i * ng,
-                                    ng, out);
+    for (std::size_t g0 = 0; g0 < ng; g0 += KBG) {
+      const std::size_t g1 = std::min(ng, g0 + KBG);
+      const bool first = g0 == 0, last = g1 == ng;
+      for (std::size_t t = t_begin; t < t_end; ++t) {
+        const Q4Tile<G>* tiles = w.tile<G>(t, g0);
+        const std::size_t row0 = t * 16, cols = std::min<std::size_t>(16, n - row0);
+        for (std::size_t i = i0; i < i1;) {
+          const std::size_t rows = i + MR <= i1 ? MR : 1;
+          if (first) {
+            std::fill(out, out + rows * 16, 0.0f);
+          } else {
+            for (std::size_t ii = 0; ii < rows; ++ii)
+              for (std::size_t c = 0; c < 16; ++c)
+                out[ii * 16 + c] = c < cols ? y[(i + ii) * ldy + row0 + c] : 0.0f;
+          }
+          const std::int8_t* xq = a.q + i * k + g0 * G;
+          if (rows == MR) {
+            Micro::template run<G, MR>(tiles, g1 - g0, xq, k, a.scale + i * ng + g0,
+                                       a.sum + i * ng + g0, ng, out);
+          } else {
+            Micro::template run<G, 1>(tiles, g1 - g0, xq, k, a.scale + i * ng + g0,
+                                      a.sum + i * ng + g0, ng, out);
+          }
+          for (std::size_t ii = 0; ii < rows; ++ii)
+            for (std::size_t c = 0; c < cols; ++c)
+              y[(i + ii) * ldy + row0 + c] =
+                  last ? out[ii * 16 + c] + (bias ? bias[row0 + c] : 0.0f) : out[ii * 16 + c];
+          i += rows;
         }
-        for (std::size_t ii = 0; ii < rows; ++ii)
-          for (std::size_t c = 0; c < cols; ++c)
-            y[(i + ii) * ldy + row0 + c] = out[ii * 16 + c] + (bias ? bias[row0 + c] : 0.0f);
-        i += rows;
       }
     }
   }

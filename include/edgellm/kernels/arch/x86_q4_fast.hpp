@@ -47,7 +47,7 @@ struct Q4FastMicroAvx512Vnni {
     constexpr std::size_t NA = MR == 1 ? 4 : 1;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 yacc[MR];
-    for (std::size_t i = 0; i < MR; ++i) yacc[i] = _mm512_setzero_ps();
+    for (std::size_t i = 0; i < MR; ++i) yacc[i] = _mm512_load_ps(out + 16 * i);
     for (std::size_t g = 0; g < ng; ++g) {
       const Q4Tile<G>* tl = tiles + g;
       __m512i acc[MR][NA];
@@ -91,7 +91,10 @@ struct Q4FastMicroAvx512Vnni {
   const __m256i m4 = _mm256_set1_epi8(0x0F);                                                   \
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);                                  \
   __m256 yacc[MR][2];                                                                          \
-  for (std::size_t i = 0; i < MR; ++i) yacc[i][0] = yacc[i][1] = _mm256_setzero_ps();          \
+  for (std::size_t i = 0; i < MR; ++i) {                                                       \
+    yacc[i][0] = _mm256_load_ps(out + 16 * i);                                                 \
+    yacc[i][1] = _mm256_load_ps(out + 16 * i + 8);                                             \
+  }                                                                                            \
   for (std::size_t g = 0; g < ng; ++g) {                                                       \
     const Q4Tile<G>* tl = tiles + g;                                                           \
     __m256i acc[MR][2][NA];                                                                    \
