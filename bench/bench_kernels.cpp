@@ -26,7 +26,7 @@ namespace {
 constexpr std::string_view kUsage =
     "  --op gemv|gemm|all        which kernels (default all)\n"
     "  --path exact|fast|all     which paths (default all)\n"
-    "  --isa best|generic|avx2|avx_vnni|avx512_vnni|all   fast-path microkernels (default best)\n"
+    "  --isa best|generic|avx2|avx_vnni|avx512_vnni|neon_dotprod|all   fast-path microkernels (default best)\n"
     "  --gemv N,K                one GEMV shape instead of the Qwen2-7B decode sweep\n"
     "  --gemm M,N,K              GEMM shape (default 512,4096,4096)\n"
     "  --group G                 group size 32|64|128 (default 128)\n"
@@ -109,11 +109,11 @@ int main(int argc, char** argv) {
   if (path_arg == "fast" || path_arg == "all") paths.push_back(MatmulPath::fast);
   std::vector<Isa> isas;
   if (isa_arg == "all") {
-    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni})
+    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod})
       if (isa_supported(i)) isas.push_back(i);
   } else {
     Isa chosen = best_isa();
-    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni})
+    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod})
       if (isa_arg == isa_name(i)) chosen = i;
     if (!isa_supported(chosen)) {
       bench::note("--isa {}: not supported on this CPU", isa_arg);

@@ -53,7 +53,7 @@ TEST_CASE("fast path: every ISA level equals the scalar twin and stays within th
           "[kernels][fast]") {
   auto rng = test::make_rng(41);
   const bool small = test::small_scale();
-  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni}) {
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod}) {
     if (!isa_supported(isa)) {
       WARN("skipping " << isa_name(isa) << ": not supported by this CPU/build");
       continue;
@@ -136,7 +136,7 @@ TEST_CASE("runtime dispatch falls back and refuses unsupported levels", "[kernel
   auto rng = test::make_rng(45);
   auto w = test::random_q4(rng, 16, 128, 128);
   std::vector<float> x(128, 1.0f), y(16);
-  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni}) {
+  for (Isa isa : {Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod}) {
     MatmulOptions o;
     o.path = MatmulPath::fast;
     o.isa = isa;

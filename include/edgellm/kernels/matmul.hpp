@@ -11,6 +11,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "edgellm/detail/cpu_features.hpp"
+#include "edgellm/kernels/arch/neon_q4_fast.hpp"
 #include "edgellm/kernels/arch/x86_q4_fast.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/gemm_q4.hpp"
@@ -30,7 +31,7 @@ enum class MatmulPath {
 };
 
 /// Microkernel families of the fast path. `best` picks the fastest the running CPU supports.
-enum class Isa { best, generic, avx2, avx_vnni, avx512_vnni };
+enum class Isa { best, generic, avx2, avx_vnni, avx512_vnni, neon_dotprod };
 
 inline const char* isa_name(Isa isa) noexcept {
   switch (isa) {
@@ -39,6 +40,7 @@ inline const char* isa_name(Isa isa) noexcept {
     case Isa::avx2: return "avx2";
     case Isa::avx_vnni: return "avx_vnni";
     case Isa::avx512_vnni: return "avx512_vnni";
+    case Isa::neon_dotprod: return "neon_dotprod";
   }
   return "?";
 }
@@ -49,13 +51,10 @@ inline bool isa_supported(Isa isa) noexcept {
   switch (isa) {
     case Isa::best:
     case Isa::generic: return true;
-#if EDGELLM_X86_MICROKERNELS
-    case Isa::avx2: return f.avx2;
-    case Isa::avx_vnni: return f.avx_vnni;
-    case Isa::avx512_vnni: return f.avx512_vnni;
-#else
-    default: (void)f; return false;
-#endif
+    case Isa::avx2: return EDGELLM_X86_MICROKERNELS && f.avx2;
+    case Isa::avx_vnni: return EDGELLM_X86_MICROKERNELS && f.avx_vnni;
+    case Isa::avx512_vnni: return EDGELLM_X86_MICROKERNELS && f.avx512_vnni;
+    case Isa::neon_dotprod: return EDGELLM_NEON_DOTPROD && f.neon_dotprod;
   }
   return false;
 }
@@ -63,7 +62,7 @@ inline bool isa_supported(Isa isa) noexcept {
 /// The fastest supported family, checked at run time: a binary built on a newer CPU falls
 /// back on an older one instead of dying with an illegal instruction.
 inline Isa best_isa() noexcept {
-  for (Isa isa : {Isa::avx512_vnni, Isa::avx_vnni, Isa::avx2})
+  for (Isa isa : {Isa::avx512_vnni, Isa::avx_vnni, Isa::avx2, Isa::neon_dotprod})
     if (isa_supported(isa)) return isa;
   return Isa::generic;
 }
@@ -188,6 +187,9 @@ status run_fast(std::string_view where, const Q4Matrix& w, const float* x, std::
     case Isa::avx512_vnni: with_group(std::type_identity<arch::Q4FastMicroAvx512Vnni>{}); break;
     case Isa::avx_vnni: with_group(std::type_identity<arch::Q4FastMicroAvxVnni>{}); break;
     case Isa::avx2: with_group(std::type_identity<arch::Q4FastMicroAvx2>{}); break;
+#endif
+#if EDGELLM_NEON_DOTPROD
+    case Isa::neon_dotprod: with_group(std::type_identity<arch::Q4FastMicroNeonDot>{}); break;
 #endif
     default: with_group(std::type_identity<Q4FastMicroGeneric<Arch>>{}); break;
   }
