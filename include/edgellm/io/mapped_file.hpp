@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: Apache-2.0
+// Read-only memory-mapped files (POSIX mmap) and whole-file text reads, reporting errors as
+// result<T>.
+#pragma once
+
+#include "edgellm/result.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#if defined(__unix__) || defined(__APPLE__)
+#define EDGELLM_IO_POSIX 1
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#else
+#define EDGELLM_IO_POSIX 0
+#endif
+
+namespace edgellm::io {
+
+namespace detail {
+
+/// "No such file or directory (errno 2)": the text of an errno value, thread-safe.
+inline std::string errno_text(int err) {
+  std::string s = std::generic_category().message(err);
+  s += " (errno ";
+  s += std::to_string(err);
+  s += ')';
+  return s;
+}
+
+/// "'path': what: errno text", the common shape of every I/O error message here.
+inline error io_error(std::string_view where, const std::string& path, std::string_view what,
+                      int err) {
+  std::string m;
+  m += '\'';
+  m += path;
+  m += "': ";
+  m += what;
+  m += ": ";
+  m += errno_text(err);
+  return make_error(errc::io_error, where, m);
+}
+
+}  // namespace detail
+
+/// A whole file mapped read-only into memory (PROT_READ, MAP_PRIVATE).
+///
+/// Move-only; the mapping is released by the destructor. The file descriptor is closed right after
+/// mapping, so an open MappedFile holds no descriptor. An empty file is valid: `data()` is nullptr
+/// and `size()` is 0. Thread safety: the bytes are immutable and may be read from any thread; the
+/// member functions that change state (`lock`, `unlock`, move assignment) need external locking.
+///
+/// Caveat of every mmap reader: if another process truncates the file while it is mapped, reading
+/// the lost pages raises SIGBUS. Model files are expected to be left alone while loaded.
+class MappedFile {
+ public:
+  /// An empty, unmapped object (what a moved-from MappedFile becomes).
+  MappedFile() noexcept = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& other) noexcept { swap(other); }
+  MappedFile& operator=(MappedFile&& other) noexcept {
+    if (this != &other) {
+      MappedFile tmp(std::move(other));
+      swap(tmp);
+    }
+    return *this;
+  }
+  ~MappedFile() { release(); }
+
+  /// Opens `path` read-only and maps all of it. Fails with errc::io_error (the message names the
+  /// path and the errno text) when the file cannot be opened, is not a regular file, or cannot be
+  /// mapped; with errc::unsupported on platforms without POSIX mmap.
+  static result<MappedFile> open(const std::string& path);
+
+  /// First byte of the mapping; nullptr when the file is empty or nothing is mapped.
+  const std::byte* data() const noexcept { return data_; }
+  /// Size of the file in bytes.
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  /// All bytes of the file.
+  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+  /// The path given to open().
+  const std::string& path() const noexcept { return path_; }
+  /// Whether lock() succeeded and unlock() has not been called since.
+  bool locked() const noexcept { return locked_; }
+
+  /// Pins the whole mapping in RAM (mlock), faulting every page in now. Fails with errc::io_error
+  /// and a message stating the RLIMIT_MEMLOCK soft limit when the process may not lock that much
+  /// (raise it with `ulimit -l`, a systemd LimitMEMLOCK= setting, or CAP_IPC_LOCK).
+  status lock();
+  /// Undoes lock(). A no-op when not locked.
+  status unlock();
+
+  /// Hints that the file will be read front to back (posix_madvise SEQUENTIAL).
+  status advise_sequential() { return advise(kSequential, 0, size_); }
+  /// Hints that the file will be read in random order (posix_madvise RANDOM).
+  status advise_random() { return advise(kRandom, 0, size_); }
+  /// Asks the kernel to start reading bytes [offset, offset + length) in the background
+  /// (posix_madvise WILLNEED); the range is clamped to the file. Defaults to the whole file.
+  status advise_willneed(std::size_t offset = 0,
+                         std::size_t length = std::numeric_limits<std::size_t>::max()) {
+    return advise(kWillNeed, offset, length);
+  }
+
+ private:
+  enum Advice { kSequential, kRandom, kWillNeed };
+
+  void swap(MappedFile& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    std::swap(path_, other.path_);
+    std::swap(locked_, other.locked_);
+  }
+  void release() noexcept;
+  status advise(Advice advice, std::size_t offset, std::size_t length);
+
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::string path_;
+  bool locked_ = false;
+};
+
+#if EDGELLM_IO_POSIX
+
+inline result<MappedFile> MappedFile::open(const std::string& path) {
+  constexpr std::string_view where = "MappedFile::open";
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return detail::io_error(where, path, "cannot open for reading", errno);
+
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return detail::io_error(where, path, "cannot stat", err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return make_error(
+        errc::io_error, where,
+        "'" + path +
+            "': " + (S_ISDIR(st.st_mode) ? "is a directory, not a file" : "is not a regular file"));
+  }
+  if (st.st_size < 0 ||
+      static_cast<std::uintmax_t>(st.st_size) > std::numeric_limits<std::size_t>::max()) {
+    ::close(fd);
+    return make_error(errc::io_error, where,
+                      "'" + path + "': file of " + std::to_string(st.st_size) +
+                          " bytes is too large to map in this address space");
+  }
+
+  MappedFile f;
+  f.path_ = path;
+  f.size_ = static_cast<std::size_t>(st.st_size);
+  if (f.size_ == 0) {  // mmap of length 0 is EINVAL; an empty mapping is represented by nullptr
+    ::close(fd);
+    return f;
+  }
+  void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);  // the mapping keeps its own reference to the file
+  if (p == MAP_FAILED) {
+    f.size_ = 0;
+    return detail::io_error(where, path, "cannot mmap " + std::to_string(st.st_size) + " bytes",
+                            err);
+  }
+  f.data_ = static_cast<const std::byte*>(p);
+  return f;
+}
+
+inline void MappedFile::release() noexcept {
+  if (data_ != nullptr) {
+    // munmap also drops any mlock on the range.
+    ::munmap(const_cast<std::byte*>(data_), size_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+  locked_ = false;
+}
+
+inline status MappedFile::lock() {
+  constexpr std::string_view where = "MappedFile::lock";
+  if (data_ == nullptr || locked_) return {};
+  if (::mlock(data_, size_) == 0) {
+    locked_ = true;
+    return {};
+  }
+  const int err = errno;
+  std::string what = "cannot mlock " + std::to_string(size_) + " bytes";
+  if (err == ENOMEM || err == EPERM || err == EAGAIN) {
+    struct rlimit rl {};
+    if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+      what += " (RLIMIT_MEMLOCK soft limit is ";
+      what += rl.rlim_cur == RLIM_INFINITY ? std::string("unlimited")
+                                           : std::to_string(rl.rlim_cur) + " bytes";
+      what += "; raise it with `ulimit -l`, LimitMEMLOCK= or CAP_IPC_LOCK)";
+    }
+  }
+  return detail::io_error(where, path_, what, err);
+}
+
+inline status MappedFile::unlock() {
+  if (!locked_) return {};
+  if (::munlock(data_, size_) != 0) {
+    return detail::io_error("MappedFile::unlock", path_, "cannot munlock", errno);
+  }
+  locked_ = false;
+  return {};
+}
+
+inline status MappedFile::advise(Advice advice, std::size_t offset, std::size_t length) {
+  if (data_ == nullptr || offset >= size_ || length == 0) return {};
+  length = std::min(length, size_ - offset);
+  // posix_madvise wants a page-aligned start; widen the range down to the page boundary.
+  const long page_l = ::sysconf(_SC_PAGESIZE);
+  const std::size_t page = page_l > 0 ? static_cast<std::size_t>(page_l) : 4096;
+  const std::size_t start = offset - offset % page;
+  length += offset - start;
+  int native = POSIX_MADV_NORMAL;
+  switch (advice) {
+    case kSequential:
+      native = POSIX_MADV_SEQUENTIAL;
+      break;
+    case kRandom:
+      native = POSIX_MADV_RANDOM;
+      break;
+    case kWillNeed:
+      native = POSIX_MADV_WILLNEED;
+      break;
+  }
+  // posix_madvise returns the error number instead of setting errno.
+  const int err = ::posix_madvise(const_cast<std::byte*>(data_) + start, length, native);
+  if (err != 0) return detail::io_error("MappedFile::advise", path_, "posix_madvise failed", err);
+  return {};
+}
+
+/// Reads a whole file into a string (bytes as they are; no newline or encoding conversion).
+/// Fails with errc::io_error naming the path and the errno text, or when the file is larger than
+/// `max_bytes` (default 1 GiB, far above any config or tokenizer file).
+inline result<std::string> read_text_file(const std::string& path,
+                                          std::size_t max_bytes = std::size_t{1} << 30) {
+  constexpr std::string_view where = "read_text_file";
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return detail::io_error(where, path, "cannot open for reading", errno);
+
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return detail::io_error(where, path, "cannot stat", err);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return make_error(errc::io_error, where, "'" + path + "': is a directory, not a file");
+  }
+  std::string out;
+  if (S_ISREG(st.st_mode) && st.st_size > 0 &&
+      static_cast<std::uintmax_t>(st.st_size) <= max_bytes) {
+    out.reserve(static_cast<std::size_t>(st.st_size));
+  }
+  char buf[1 << 16];
+  for (;;) {
+    const ::ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return detail::io_error(where, path, "read failed", err);
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<std::size_t>(n) > max_bytes) {
+      ::close(fd);
+      return make_error(
+          errc::io_error, where,
+          "'" + path + "': file is larger than the " + std::to_string(max_bytes) + "-byte limit");
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+#else  // !EDGELLM_IO_POSIX
+
+inline result<MappedFile> MappedFile::open(const std::string& path) {
+  return make_error(errc::unsupported, "MappedFile::open",
+                    "'" + path + "': memory mapping is only implemented for POSIX systems");
+}
+inline void MappedFile::release() noexcept {
+  data_ = nullptr;
+  size_ = 0;
+  locked_ = false;
+}
+inline status MappedFile::lock() {
+  return make_error(errc::unsupported, "MappedFile::lock", "not implemented on this platform");
+}
+inline status MappedFile::unlock() { return {}; }
+inline status MappedFile::advise(Advice, std::size_t, std::size_t) { return {}; }
+
+inline result<std::string> read_text_file(const std::string& path,
+                                          std::size_t max_bytes = std::size_t{1} << 30) {
+  constexpr std::string_view where = "read_text_file";
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return detail::io_error(where, path, "cannot open for reading", errno);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    if (out.size() + n > max_bytes) {
+      std::fclose(f);
+      return make_error(
+          errc::io_error, where,
+          "'" + path + "': file is larger than the " + std::to_string(max_bytes) + "-byte limit");
+    }
+    out.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) return detail::io_error(where, path, "read failed", err);
+  return out;
+}
+
+#endif  // EDGELLM_IO_POSIX
+
+}  // namespace edgellm::io

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tests for edgellm/io/mapped_file.hpp: mapping, empty files, errors, moves, mlock, read_text_file.
+#include "edgellm/io/mapped_file.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory under the system temp dir, removed with its contents on destruction.
+/// The name mixes the pid, a counter and a random number so parallel test processes never clash.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<unsigned> counter{0};
+    std::random_device rd;
+    path_ =
+        fs::temp_directory_path() / ("edgellm-mapped-file-test-" + std::to_string(::getpid()) +
+                                     "-" + std::to_string(counter++) + "-" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const fs::path p = path_ / name;
+    std::ofstream f(p, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return p.string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+using Catch::Matchers::Contains;
+
+}  // namespace
+
+TEST_CASE("MappedFile maps a file's bytes", "[io]") {
+  TempDir dir;
+  std::string content(10000, '\0');
+  for (std::size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 7 + 3);
+  const std::string path = dir.write("data.bin", content);
+
+  auto f = edgellm::io::MappedFile::open(path);
+  REQUIRE(f.has_value());
+  CHECK(f->size() == content.size());
+  CHECK_FALSE(f->empty());
+  CHECK(f->path() == path);
+  REQUIRE(f->data() != nullptr);
+  CHECK(std::memcmp(f->data(), content.data(), content.size()) == 0);
+  CHECK(f->bytes().size() == content.size());
+  // mmap returns page-aligned memory, which the safetensors alignment check relies on.
+  CHECK(reinterpret_cast<std::uintptr_t>(f->data()) % 4096 == 0);
+
+  CHECK(f->advise_sequential().has_value());
+  CHECK(f->advise_random().has_value());
+  CHECK(f->advise_willneed().has_value());
+  CHECK(f->advise_willneed(5000, 100).has_value());
+  CHECK(f->advise_willneed(9999, 1000000).has_value());  // clamped
+  CHECK(f->advise_willneed(20000, 10).has_value());      // past the end: nothing to do
+}
+
+TEST_CASE("MappedFile handles empty files", "[io]") {
+  TempDir dir;
+  const std::string path = dir.write("empty.bin", "");
+  auto f = edgellm::io::MappedFile::open(path);
+  REQUIRE(f.has_value());
+  CHECK(f->size() == 0);
+  CHECK(f->empty());
+  CHECK(f->data() == nullptr);
+  CHECK(f->bytes().empty());
+  CHECK(f->lock().has_value());
+  CHECK(f->advise_sequential().has_value());
+  CHECK(f->advise_willneed().has_value());
+}
+
+TEST_CASE("MappedFile errors name the path and the errno text", "[io]") {
+  TempDir dir;
+  const std::string missing = (dir.path() / "nope.bin").string();
+  auto f = edgellm::io::MappedFile::open(missing);
+  REQUIRE_FALSE(f.has_value());
+  CHECK(f.error().code == edgellm::errc::io_error);
+  CHECK_THAT(f.error().message, Contains("[MappedFile::open]"));
+  CHECK_THAT(f.error().message, Contains(missing));
+  CHECK_THAT(f.error().message, Contains("No such file or directory"));
+
+  auto d = edgellm::io::MappedFile::open(dir.path().string());
+  REQUIRE_FALSE(d.has_value());
+  CHECK_THAT(d.error().message, Contains(dir.path().string()));
+  CHECK_THAT(d.error().message, Contains("is a directory"));
+
+  auto dev = edgellm::io::MappedFile::open("/dev/null");
+  REQUIRE_FALSE(dev.has_value());
+  CHECK_THAT(dev.error().message, Contains("not a regular file"));
+}
+
+TEST_CASE("MappedFile is move-only and releases its mapping", "[io]") {
+  static_assert(!std::is_copy_constructible_v<edgellm::io::MappedFile>);
+  static_assert(!std::is_copy_assignable_v<edgellm::io::MappedFile>);
+  static_assert(std::is_nothrow_move_constructible_v<edgellm::io::MappedFile>);
+  static_assert(std::is_nothrow_move_assignable_v<edgellm::io::MappedFile>);
+
+  TempDir dir;
+  const std::string a = dir.write("a.bin", "aaaa");
+  const std::string b = dir.write("b.bin", "bbbbbb");
+  auto fa = edgellm::io::MappedFile::open(a);
+  auto fb = edgellm::io::MappedFile::open(b);
+  REQUIRE(fa.has_value());
+  REQUIRE(fb.has_value());
+
+  edgellm::io::MappedFile m1(std::move(*fa));
+  CHECK(fa->data() == nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  CHECK(fa->size() == 0);
+  CHECK(m1.size() == 4);
+  CHECK(static_cast<char>(m1.data()[0]) == 'a');
+
+  m1 = std::move(*fb);  // releases a.bin's mapping
+  CHECK(m1.size() == 6);
+  CHECK(m1.path() == b);
+  CHECK(static_cast<char>(m1.data()[5]) == 'b');
+
+  edgellm::io::MappedFile empty;
+  CHECK(empty.data() == nullptr);
+  CHECK(empty.size() == 0);
+  edgellm::io::MappedFile& alias = m1;
+  m1 = std::move(alias);  // self-move leaves it intact
+  CHECK(m1.size() == 6);
+}
+
+TEST_CASE("MappedFile::lock reports RLIMIT_MEMLOCK when it is too small", "[io]") {
+  TempDir dir;
+  const std::string path = dir.write("lock.bin", std::string(1 << 20, 'x'));
+  auto f = edgellm::io::MappedFile::open(path);
+  REQUIRE(f.has_value());
+
+  struct rlimit saved {};
+  REQUIRE(::getrlimit(RLIMIT_MEMLOCK, &saved) == 0);
+  struct rlimit tiny = saved;
+  tiny.rlim_cur = 0;  // lowering the soft limit is always allowed, and it can be raised back
+  REQUIRE(::setrlimit(RLIMIT_MEMLOCK, &tiny) == 0);
+  const auto st = f->lock();
+  REQUIRE(::setrlimit(RLIMIT_MEMLOCK, &saved) == 0);
+
+  if (st.has_value()) {
+    // Privileged (CAP_IPC_LOCK) processes ignore the limit.
+    WARN("mlock succeeded despite RLIMIT_MEMLOCK = 0 (CAP_IPC_LOCK?)");
+    CHECK(f->locked());
+    CHECK(f->unlock().has_value());
+    CHECK_FALSE(f->locked());
+    return;
+  }
+  CHECK(st.error().code == edgellm::errc::io_error);
+  CHECK_THAT(st.error().message, Contains("[MappedFile::lock]"));
+  CHECK_THAT(st.error().message, Contains(path));
+  CHECK_THAT(st.error().message, Contains("RLIMIT_MEMLOCK soft limit is 0 bytes"));
+  CHECK_FALSE(f->locked());
+  CHECK(f->unlock().has_value());  // no-op
+}
+
+TEST_CASE("read_text_file reads whole files and reports errors", "[io]") {
+  TempDir dir;
+  std::string content;
+  for (int i = 0; i < 100000; ++i) content += static_cast<char>('a' + i % 26);
+  content += std::string("\0tail\r\n", 7);
+  const std::string path = dir.write("t.txt", content);
+
+  auto t = edgellm::io::read_text_file(path);
+  REQUIRE(t.has_value());
+  CHECK(*t == content);
+
+  auto empty = edgellm::io::read_text_file(dir.write("e.txt", ""));
+  REQUIRE(empty.has_value());
+  CHECK(empty->empty());
+
+  const std::string missing = (dir.path() / "missing.json").string();
+  auto m = edgellm::io::read_text_file(missing);
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.error().code == edgellm::errc::io_error);
+  CHECK_THAT(m.error().message, Contains("[read_text_file]"));
+  CHECK_THAT(m.error().message, Contains(missing));
+  CHECK_THAT(m.error().message, Contains("No such file or directory"));
+
+  auto d = edgellm::io::read_text_file(dir.path().string());
+  REQUIRE_FALSE(d.has_value());
+  CHECK_THAT(d.error().message, Contains("is a directory"));
+
+  auto big = edgellm::io::read_text_file(path, 1000);
+  REQUIRE_FALSE(big.has_value());
+  CHECK_THAT(big.error().message, Contains("larger than the 1000-byte limit"));
+  CHECK_THAT(big.error().message, Contains(path));
+}
