@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Where the tests find repository files (EDGELLM_SOURCE_DIR) and how big they run (EDGELLM_TEST_SCALE).
+// Where the tests find repository files (EDGELLM_SOURCE_DIR) and how big they run
+// (EDGELLM_TEST_SCALE).
 #pragma once
 
 #include <cstdlib>

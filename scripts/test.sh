@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The CI suite: host release build + all tests (unit, header checks, packaging, bench smoke),
+# then ASan/UBSan unit tests, then the arm64 cross build with its tests under qemu-aarch64.
+# Each preset runs configure -> build -> ctest; a failure skips the rest of that preset only.
+# The last line sums ctest's test counts over all presets as "test.sh: N passed, M failed"; a
+# configure or build that failed counts as one failed test. Exit status: 0 only if all passed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+start=$SECONDS
+bash scripts/setup.sh || { echo "test.sh: setup failed"; echo "test.sh: 0 passed, 1 failed"; exit 1; }
+
+# Ninja when available (scripts/setup.sh installs it); an existing build tree keeps its own.
+if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null 2>&1; then
+  export CMAKE_GENERATOR=Ninja
+fi
+
+presets=(${EDGELLM_TEST_PRESETS:-release asan aarch64})
+passed=0
+failed=0
+summary=()
+
+stage() {  # stage <label> <command...>: runs it, records its time and result
+  local label=$1 t0=$SECONDS rc
+  shift
+  echo "=== ${label}: $*"
+  "$@"
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    summary+=("$(printf '%-20s ok    %5d s' "$label" $((SECONDS - t0)))")
+  else
+    summary+=("$(printf '%-20s FAIL  %5d s  (exit %d)' "$label" $((SECONDS - t0)) "$rc")")
+  fi
+  return "$rc"
+}
+
+run_ctest() {  # run_ctest <preset>: ctest with the preset, adding its counts to the totals
+  local preset=$1 log rc line
+  log="build/${preset}/ctest.log"
+  ctest --preset "$preset" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  # "100% tests passed, 0 tests failed out of 12"
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+  if [ -n "$line" ]; then
+    local nfail ntotal
+    nfail=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    ntotal=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+    passed=$((passed + ntotal - nfail))
+    failed=$((failed + nfail))
+    [ "$rc" -ne 0 ] && [ "$nfail" -eq 0 ] && failed=$((failed + 1))
+  elif [ "$rc" -ne 0 ]; then
+    failed=$((failed + 1))
+  fi
+  return "$rc"
+}
+
+for preset in "${presets[@]}"; do
+  if stage "${preset} configure" cmake --preset "$preset" &&
+     stage "${preset} build" cmake --build --preset "$preset"; then
+    stage "${preset} ctest" run_ctest "$preset"
+  else
+    failed=$((failed + 1))
+  fi
+done
+
+echo
+echo "=== summary (total $((SECONDS - start)) s)"
+printf '%s\n' "${summary[@]}"
+echo "test.sh: ${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
