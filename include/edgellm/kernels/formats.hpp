@@ -12,6 +12,10 @@
 
 #include "edgellm/result.hpp"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace edgellm::kernels {
 
 /// Group sizes the kernels are instantiated for (AutoAWQ checkpoints use 128, some 64 or 32).
@@ -47,6 +51,14 @@ static_assert(sizeof(Q4Tile<32>) == 64 + 32 * 8);
 static_assert(sizeof(Q4Tile<64>) == 64 + 64 * 8);
 static_assert(sizeof(Q4Tile<128>) == 64 + 128 * 8, "1088 bytes per 16 x 128 weights");
 
+namespace detail {
+/// Frees memory from the aligned operator new with the alignment it was allocated with.
+struct AlignedDelete {
+  std::size_t align = 64;
+  void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{align}); }
+};
+}  // namespace detail
+
 /// Bytes of one packed tile for a run-time group size.
 inline constexpr std::size_t q4_tile_bytes(std::size_t group_size) noexcept {
   return 64 + group_size * 8;
@@ -70,13 +82,19 @@ class Q4Matrix {
     m.k_ = k;
     m.group_size_ = group_size;
     const std::size_t bytes = m.byte_size();
-    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}, std::nothrow));
+    // Large matrices are streamed once per token: back them with 2 MiB pages where the kernel
+    // allows (transparent huge pages in madvise mode), which removes most TLB misses.
+    const std::size_t align = bytes >= (std::size_t{4} << 20) ? (std::size_t{2} << 20) : 64;
+    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{align}, std::nothrow));
     if (p == nullptr) {
       return make_error(errc::capacity_exceeded, "Q4Matrix::allocate",
                         "cannot allocate " + std::to_string(bytes) + " bytes");
     }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align > 64) (void)::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
     std::memset(p, 0, bytes);
-    m.owned_.reset(p);
+    m.owned_ = std::unique_ptr<std::byte, detail::AlignedDelete>(p, detail::AlignedDelete{align});
     m.data_ = p;
     return m;
   }
@@ -165,14 +183,11 @@ class Q4Matrix {
   }
 
  private:
-  struct AlignedDelete {
-    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
-  };
   const std::byte* tile_ptr(std::size_t t, std::size_t g) const noexcept {
     return data_ + (t * n_groups() + g) * tile_bytes();
   }
 
-  std::unique_ptr<std::byte, AlignedDelete> owned_;
+  std::unique_ptr<std::byte, detail::AlignedDelete> owned_;
   const std::byte* data_ = nullptr;
   std::size_t n_ = 0, k_ = 0, group_size_ = 0;
 };
