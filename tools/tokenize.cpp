@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+// edgellm-tokenize: encode text to token ids, or decode ids to text, with a tokenizer.json.
+#include "edgellm/io/json.hpp"
+#include "edgellm/io/mapped_file.hpp"
+#include "edgellm/model/tokenizer.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr const char* kUsage =
+    R"(usage: edgellm-tokenize --tokenizer PATH (--text STR | --corpus FILE | --decode IDS) [options]
+
+Encodes text with a Hugging Face tokenizer.json (BPE: Qwen2, Llama-2/3, GPT-2 style) and prints
+the token ids as JSON, or decodes ids back to text.
+
+  --tokenizer PATH   a tokenizer.json file, or a directory that contains one
+  --text STR         encode STR; prints a JSON list of ids
+  --corpus FILE      encode every string of FILE, a JSON list of strings; prints a JSON list
+                     of lists, one line per string
+  --decode IDS       decode IDS, ids separated by commas and/or spaces ("1,2,3", "[1, 2, 3]");
+                     prints the text
+  --no-special       encoding: add no BOS/EOS template tokens and treat special-token text
+                     such as <|im_start|> as plain text; decoding: drop special tokens
+  -h, --help         show this help
+
+Exit status: 0 on success, 1 when loading, encoding or decoding fails, 2 on a usage error.
+)";
+
+int usage_error(std::string_view why) {
+  fmt::print(stderr, "edgellm-tokenize: {}\n(run with --help for usage)\n", why);
+  return 2;
+}
+
+std::string ids_json(const std::vector<std::int32_t>& ids) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i != 0) out += ", ";
+    out += std::to_string(ids[i]);
+  }
+  out += ']';
+  return out;
+}
+
+/// "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; nullopt (with a message) on anything else.
+std::optional<std::vector<std::int32_t>> parse_ids(std::string_view s, std::string& why) {
+  std::vector<std::int32_t> ids;
+  std::size_t i = 0;
+  const auto skip = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == ',' || s[i] == '\t' || s[i] == '\n' ||
+                            s[i] == '[' || s[i] == ']')) {
+      ++i;
+    }
+  };
+  skip();
+  while (i < s.size()) {
+    std::int32_t v = 0;
+    const auto r = std::from_chars(s.data() + i, s.data() + s.size(), v);
+    if (r.ec != std::errc() || r.ptr == s.data() + i) {
+      why = fmt::format("--decode: expected a token id at \"{}\"", s.substr(i, 20));
+      return std::nullopt;
+    }
+    ids.push_back(v);
+    i = static_cast<std::size_t>(r.ptr - s.data());
+    if (i < s.size() && s[i] != ' ' && s[i] != ',' && s[i] != '\t' && s[i] != '\n' && s[i] != ']') {
+      why = fmt::format("--decode: unexpected character '{}' after id {}", s[i], v);
+      return std::nullopt;
+    }
+    skip();
+  }
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::optional<std::string> tokenizer_path, text, corpus_path, decode_ids;
+  bool no_special = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const auto value = [&](std::optional<std::string>& slot) -> bool {
+      if (i + 1 >= argc) return false;
+      slot = argv[++i];
+      return true;
+    };
+    if (arg == "-h" || arg == "--help") {
+      fmt::print("{}", kUsage);
+      return 0;
+    } else if (arg == "--no-special") {
+      no_special = true;
+    } else if (arg == "--tokenizer") {
+      if (!value(tokenizer_path)) return usage_error("--tokenizer needs a path");
+    } else if (arg == "--text") {
+      if (!value(text)) return usage_error("--text needs a string");
+    } else if (arg == "--corpus") {
+      if (!value(corpus_path)) return usage_error("--corpus needs a file");
+    } else if (arg == "--decode") {
+      if (!value(decode_ids)) return usage_error("--decode needs a list of ids");
+    } else {
+      return usage_error(fmt::format("unknown argument '{}'", arg));
+    }
+  }
+  if (!tokenizer_path) return usage_error("--tokenizer is required");
+  const int modes = static_cast<int>(text.has_value()) + static_cast<int>(corpus_path.has_value()) +
+                    static_cast<int>(decode_ids.has_value());
+  if (modes != 1) return usage_error("give exactly one of --text, --corpus and --decode");
+
+  auto tokenizer = edgellm::model::Tokenizer::load(*tokenizer_path);
+  if (!tokenizer) {
+    fmt::print(stderr, "edgellm-tokenize: {}\n", tokenizer.error().message);
+    return 1;
+  }
+  const edgellm::model::EncodeOptions options{!no_special, !no_special};
+
+  if (decode_ids) {
+    std::string why;
+    const auto ids = parse_ids(*decode_ids, why);
+    if (!ids) return usage_error(why);
+    for (const std::int32_t id : *ids) {
+      if (!tokenizer->id_to_token(id)) {
+        fmt::print(stderr, "edgellm-tokenize: warning: id {} is not in the vocabulary (skipped)\n",
+                   id);
+      }
+    }
+    fmt::print("{}\n", tokenizer->decode(*ids, no_special));
+    return 0;
+  }
+
+  if (text) {
+    auto ids = tokenizer->encode(*text, options);
+    if (!ids) {
+      fmt::print(stderr, "edgellm-tokenize: {}\n", ids.error().message);
+      return 1;
+    }
+    fmt::print("{}\n", ids_json(*ids));
+    return 0;
+  }
+
+  auto corpus_text = edgellm::io::read_text_file(*corpus_path);
+  if (!corpus_text) {
+    fmt::print(stderr, "edgellm-tokenize: {}\n", corpus_text.error().message);
+    return 1;
+  }
+  auto corpus = edgellm::io::json::parse(*corpus_text, *corpus_path);
+  if (!corpus) {
+    fmt::print(stderr, "edgellm-tokenize: {}\n", corpus.error().message);
+    return 1;
+  }
+  const edgellm::io::json::Array* list = corpus->get_array();
+  if (list == nullptr) {
+    fmt::print(stderr, "edgellm-tokenize: {}: expected a JSON list of strings, got {}\n",
+               *corpus_path, edgellm::io::json::describe(*corpus));
+    return 1;
+  }
+  std::string out = "[\n";
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string* s = (*list)[i].get_string();
+    if (s == nullptr) {
+      fmt::print(stderr, "edgellm-tokenize: {}: element {} is {}, not a string\n", *corpus_path, i,
+                 edgellm::io::json::describe((*list)[i]));
+      return 1;
+    }
+    auto ids = tokenizer->encode(*s, options);
+    if (!ids) {
+      fmt::print(stderr, "edgellm-tokenize: {}: element {}: {}\n", *corpus_path, i,
+                 ids.error().message);
+      return 1;
+    }
+    out += ids_json(*ids);
+    out += i + 1 < list->size() ? ",\n" : "\n";
+  }
+  out += "]\n";
+  fmt::print("{}", out);
+  return 0;
+}
