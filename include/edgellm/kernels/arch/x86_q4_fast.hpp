@@ -38,6 +38,7 @@ inline std::int32_t load_x4(const std::int8_t* p) noexcept {
 /// accumulators + 3 code registers.
 struct Q4FastMicroAvx512Vnni {
   static constexpr std::size_t mr = 8;
+  static constexpr std::size_t kPrefetchTiles = 3;
   static constexpr const char* name = "avx512_vnni";
 
   template <std::size_t G, std::size_t MR>
@@ -50,6 +51,12 @@ struct Q4FastMicroAvx512Vnni {
     for (std::size_t i = 0; i < MR; ++i) yacc[i] = _mm512_load_ps(out + 16 * i);
     for (std::size_t g = 0; g < ng; ++g) {
       const Q4Tile<G>* tl = tiles + g;
+      if constexpr (MR == 1) {
+        // Decode streams W from DRAM once: prefetch a few tiles ahead (past the end of this
+        // tile row is harmless: prefetches never fault) to keep enough misses in flight.
+        const char* ahead = reinterpret_cast<const char*>(tl + kPrefetchTiles);
+        for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+      }
       __m512i acc[MR][NA];
       for (std::size_t i = 0; i < MR; ++i)
         for (std::size_t a = 0; a < NA; ++a) acc[i][a] = _mm512_setzero_si512();
