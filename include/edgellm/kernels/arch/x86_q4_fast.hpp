@@ -54,7 +54,8 @@ struct Q4FastMicroAvx512Vnni {
       if constexpr (MR == 1) {
         // Decode streams W from DRAM once: prefetch a few tiles ahead (past the end of this
         // tile row is harmless: prefetches never fault) to keep enough misses in flight.
-        const char* ahead = reinterpret_cast<const char*>(tl + kPrefetchTiles);
+        const auto ahead = reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(tl) +
+                                                         kPrefetchTiles * sizeof(Q4Tile<G>));
         for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
       }
       __m512i acc[MR][NA];
