@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+// edgellm-bench: end-to-end prompt processing and generation speed of a checkpoint, in the
+// spirit of llama-bench, with the bandwidth roofline measured by the same binary in the run.
+//
+//   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-t 1,2] [--exact] [--lm-head q4|as_stored]
+//                 [--kv f32|f16] [--format json] [--quick] [--reps N] [--no-lock]
+//
+// Rows: pp<P> (prefill P tokens from an empty cache; tokens_per_s = P / time, ttft_ms = the
+// prefill time including the last token's logits) and tg<N> (N single-token forwards after a
+// 16-token prompt, greedy; pct_roofline = weight bytes read per token * tokens_per_s / membw,
+// with membw the read bandwidth measured with the same thread count right after).
+// Weight bytes per token: every decoder linear (packed int4 or dense) + lm_head + norms; the
+// embedding row and the KV cache are not counted. Weights are owned memory (repacked) plus the
+// mmapped checkpoint; --no-lock skips mlock of the owned weights (the `weights` column says
+// which happened).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/model/transformer.hpp"
+#include "edgellm/model/weights.hpp"
+#include "edgellm/thread_pool.hpp"
+#include "harness.hpp"
+
+namespace bench = edgellm::bench;
+using namespace edgellm;
+
+namespace {
+
+constexpr std::string_view kUsage =
+    "  -m, --model DIR           checkpoint directory (repeatable)\n"
+    "  -p N                      prompt tokens for the pp test (default 128)\n"
+    "  -n N                      generated tokens for the tg test (default 64)\n"
+    "  -t LIST                   thread counts (same as --threads; default 1,2)\n"
+    "  --exact                   exact fp32 int4 path instead of the fast W4A8 path\n"
+    "  --lm-head q4|as_stored    quantise lm_head to int4 at load (default as_stored)\n"
+    "  --kv f32|f16              KV cache type (default f32)\n"
+    "  --no-lock                 do not mlock the packed weights\n";
+
+std::size_t linear_bytes(const model::Linear& l) {
+  return l.quantized() ? l.q4.byte_size() : l.dense.n() * l.dense.k() * l.dense.element_size();
+}
+
+std::size_t bytes_per_token(const model::TransformerWeights& w) {
+  std::size_t b = linear_bytes(w.lm_head) + w.norm.size() * 4;
+  for (const auto& l : w.layers) {
+    b += (l.input_layernorm.size() + l.post_attention_layernorm.size()) * 4;
+    for (const model::Linear* p :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      b += linear_bytes(*p);
+  }
+  return b;
+}
+
+void lock_weights(const model::TransformerWeights& w, bool& ok) {
+  auto lock = [&](const model::Linear& l) {
+    if (l.quantized()) ok = bench::lock_memory(l.q4.data(), l.q4.byte_size(), "weights") && ok;
+  };
+  lock(w.lm_head);
+  for (const auto& l : w.layers)
+    for (const model::Linear* p :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      lock(*p);
+}
+
+template <class Cache>
+int run_model(const std::string& dir, const bench::options& opts, std::size_t P, std::size_t N,
+              bool exact, model::LmHeadFormat lm_head, bool lock, const std::string& kv_name,
+              bench::table& out) {
+  const auto t_load0 = std::chrono::steady_clock::now();
+  model::LoadOptions lo;
+  lo.lm_head = lm_head;
+  auto weights = model::load_weights(dir, lo);
+  if (!weights) {
+    bench::note("{}", weights.error().message);
+    return 1;
+  }
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load0).count();
+  const model::TransformerWeights& w = **weights;
+  const std::size_t per_token = bytes_per_token(w);
+  std::size_t model_bytes = w.owned_bytes();
+  if (!w.lm_head.quantized()) model_bytes += linear_bytes(w.lm_head);
+  bool locked = lock;
+  if (lock) lock_weights(w, locked);
+  bench::note("[bench] {}: loaded in {:.2f} s, {:.3f} GB owned, {:.3f} GB read per token ({})",
+              dir, load_s, static_cast<double>(w.owned_bytes()) / 1e9,
+              static_cast<double>(per_token) / 1e9, locked ? "mlocked" : "not locked");
+  const std::size_t V = w.config.vocab_size;
+  const int reps = opts.reps_or(opts.quick ? 1 : 3);
+  const std::vector<int> threads_list = opts.threads_or({1, 2});
+  // Deterministic prompt ids (the content does not change the work).
+  std::vector<std::int32_t> prompt(P);
+  for (std::size_t i = 0; i < P; ++i) prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+
+  for (int threads : threads_list) {
+    auto pool = ThreadPool::create(static_cast<std::size_t>(threads));
+    if (!pool) {
+      bench::note("{}", pool.error().message);
+      return 2;
+    }
+    model::TransformerOptions to;
+    to.pool = pool->get();
+    to.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
+    to.context_size = std::max<std::size_t>(P, 16) + N + 8;
+    to.max_batch = std::max<std::size_t>(P, 16);
+    auto tr = model::Transformer<Cache>::create(*weights, to);
+    if (!tr) {
+      bench::note("{}", tr.error().message);
+      return 1;
+    }
+    std::vector<float> logits(V);
+    const std::string path = exact ? "exact" : "fast";
+
+    // pp: prefill P tokens from an empty cache.
+    const auto pp = bench::measure(
+        [&] {
+          if (auto st = tr->truncate(0); !st) std::exit((bench::note("{}", st.error().message), 1));
+          if (auto st = tr->forward(prompt, decode::LogitsMode::last, logits); !st)
+            std::exit((bench::note("{}", st.error().message), 1));
+          bench::do_not_optimize(logits[0]);
+        },
+        reps, 1);
+    const double pp_tps = static_cast<double>(P) / (pp.median_us * 1e-6);
+    out.row({dir, "pp" + std::to_string(P), threads, path, kv_name, pp_tps, pp.median_us / 1e3,
+             static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
+             0.0, 0.0, locked ? "mlocked" : "resident"});
+
+    // tg: N greedy single-token steps after a 16-token prompt.
+    std::vector<std::int32_t> start(prompt.begin(), prompt.begin() + std::min<std::size_t>(16, P));
+    double ttft_ms = 0;
+    const auto tg = bench::measure(
+        [&] {
+          if (auto st = tr->truncate(0); !st) std::exit(1);
+          const auto t0 = std::chrono::steady_clock::now();
+          if (auto st = tr->forward(start, decode::LogitsMode::last, logits); !st)
+            std::exit((bench::note("{}", st.error().message), 1));
+          ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                        .count();
+          for (std::size_t i = 0; i < N; ++i) {
+            const auto next = static_cast<std::int32_t>(
+                std::max_element(logits.begin(), logits.end()) - logits.begin());
+            if (auto st = tr->forward(std::span<const std::int32_t>(&next, 1),
+                                      decode::LogitsMode::last, logits);
+                !st)
+              std::exit((bench::note("{}", st.error().message), 1));
+          }
+        },
+        reps, 0);
+    // The timed region includes the 16-token prefill; subtract it to get the decode rate.
+    const double decode_s = std::max(1e-9, (tg.median_us / 1e3 - ttft_ms) / 1e3);
+    const double tg_tps = static_cast<double>(N) / decode_s;
+    const std::size_t bw_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+    const double membw = bench::measure_read_bandwidth_gbps(
+        threads, bw_bytes / static_cast<std::size_t>(threads), 3);
+    const double roofline = static_cast<double>(per_token) * tg_tps / (membw * 1e9) * 100;
+    bench::note("[bench] t={} pp{} {:.1f} tok/s, tg{} {:.1f} tok/s ({:.0f}% of {:.1f} GB/s)",
+                threads, P, pp_tps, N, tg_tps, roofline, membw);
+    out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps, ttft_ms,
+             static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
+             membw, roofline, locked ? "mlocked" : "resident"});
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bench::options opts = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
+  std::vector<std::string> models;
+  std::size_t P = 128, N = 64;
+  bool exact = false, lock = true;
+  std::string kv = "f32";
+  model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored;
+  bench::options o = opts;
+  for (std::size_t i = 0; i < opts.extra.size(); ++i) {
+    const std::string& a = opts.extra[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= opts.extra.size()) {
+        bench::note("{} needs a value\n{}", a, kUsage);
+        std::exit(2);
+      }
+      return opts.extra[++i];
+    };
+    auto number = [&](const std::string& s) -> std::size_t {
+      const auto v = bench::detail::parse_long(s);
+      if (!v || *v <= 0 || *v > 1000000) {
+        bench::note("{}: '{}' is not a positive number", a, s);
+        std::exit(2);
+      }
+      return static_cast<std::size_t>(*v);
+    };
+    if (a == "-m" || a == "--model") models.push_back(next());
+    else if (a == "-p") P = number(next());
+    else if (a == "-n") N = number(next());
+    else if (a == "-t") {
+      o.threads.clear();
+      for (const std::string& s : {next()}) {
+        std::size_t start = 0;
+        while (start <= s.size()) {
+          const std::size_t comma = std::min(s.find(',', start), s.size());
+          o.threads.push_back(static_cast<int>(number(s.substr(start, comma - start))));
+          start = comma + 1;
+        }
+      }
+    } else if (a == "--exact") exact = true;
+    else if (a == "--no-lock") lock = false;
+    else if (a == "--kv") kv = next();
+    else if (a == "--lm-head") {
+      const std::string v = next();
+      if (v == "q4") lm_head = model::LmHeadFormat::q4;
+      else if (v != "as_stored") return (bench::note("--lm-head: '{}' (q4 or as_stored)", v), 2);
+    } else {
+      bench::note("unknown argument '{}'\n{}", a, kUsage);
+      return 2;
+    }
+  }
+  if (models.empty()) {
+    bench::note("no model: pass -m DIR\n{}", kUsage);
+    return 2;
+  }
+  if (kv != "f32" && kv != "f16") return (bench::note("--kv: '{}' (f32 or f16)", kv), 2);
+  if (opts.quick) {
+    P = std::min<std::size_t>(P, 32);
+    N = std::min<std::size_t>(N, 8);
+  }
+  bench::table out(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s", "ttft_ms",
+                       "model_bytes", "peak_rss_bytes", "membw_gbps", "pct_roofline", "weights"});
+  for (const auto& dir : models) {
+    const int rc = kv == "f16" ? run_model<cache::KVCacheF16>(dir, o, P, N, exact, lm_head, lock, kv, out)
+                               : run_model<cache::KVCacheF32>(dir, o, P, N, exact, lm_head, lock, kv, out);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}

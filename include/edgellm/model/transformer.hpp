@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Llama / Qwen2 / Mistral decoder forward pass over shared, read-only weights and a
+// per-instance KV cache; satisfies decode::Model.
+#pragma once
+
+#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/decode/model.hpp"
+#include "edgellm/kernels/matmul.hpp"
+#include "edgellm/model/config.hpp"
+#include "edgellm/model/weights.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace edgellm::model {
+
+/// Options of Transformer::create().
+struct TransformerOptions {
+  /// Most tokens the instance holds (its KV cache capacity). 0: max_position_embeddings, capped
+  /// at Mistral's sliding_window. Larger than sliding_window is refused (edgellm does not
+  /// implement windowed attention; within the window it is the same as full attention).
+  std::size_t context_size = 0;
+  /// Most tokens run through the layers at once; sizes the scratch buffers. Longer forward()
+  /// calls are processed in consecutive chunks of this many tokens (same result up to rounding).
+  std::size_t max_batch = 64;
+  /// Threads for matmuls and attention (the host's pool, may be shared); null: calling thread.
+  ThreadPool* pool = nullptr;
+  /// Arithmetic of the int4 matmuls: fast (W4A8, the default) or exact (fp32 dequantise + FMA).
+  /// Dense matrices (fp32 reference mode, modules_to_not_convert, as-stored lm_head) are always
+  /// multiplied in fp32.
+  kernels::MatmulPath path = kernels::MatmulPath::fast;
+  /// Microkernel family for the fast path (best: chosen from the running CPU).
+  kernels::Isa isa = kernels::Isa::best;
+};
+
+/// A decoder-only transformer (HF LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM
+/// semantics, docs/formats.md 3.3) over weights shared with other instances, with its own KV
+/// cache of type Cache (any cache::KVCache; KVCacheF32 by default).
+///
+/// forward() per chunk of T tokens at positions p0 .. p0 + T - 1 (all fp32):
+///   x = embed_tokens[ids]                                                  [T][hidden]
+///   per layer: n = rmsnorm(x) * input_layernorm
+///              q, k, v = n Wq^T (+bq), n Wk^T (+bk), n Wv^T (+bv)          gemv if T == 1
+///              q, k = rope(q), rope(k)   (rotate_half pairs (i, i + d/2); angle = pos *
+///                                         inv_freq[i] in fp32, inv_freq = rope_inv_freq(cfg))
+///              cache.append(k, v); a = cache.attend(q)   (causal GQA softmax attention)
+///              x += a Wo^T (+bo)
+///              n = rmsnorm(x) * post_attention_layernorm
+///              x += (silu(n Wg^T) * (n Wu^T)) Wd^T
+///   logits = (rmsnorm(x) * norm) lm_head^T, for the rows the LogitsMode asks for
+/// rmsnorm(x) = x / sqrt(mean(x^2) + eps) (mean of squares accumulated in double, then fp32).
+///
+/// Thread safety: an instance is used by one thread at a time; any number of instances may share
+/// one TransformerWeights and run concurrently on different threads (weights are read-only;
+/// each instance owns its cache, scratch and matmul workspace). Instances sharing a ThreadPool
+/// take turns on it (its run() serialises callers).
+/// Memory per instance: the cache (cache.bytes(); KVCacheF32/F16 commit pages as positions are
+/// appended) plus max_batch * (3 hidden + 2 (heads + kv_heads) head_dim + 2 intermediate +
+/// head_dim) floats of scratch and the fast path's quantised activations.
+template <cache::KVCache Cache = cache::KVCacheF32>
+class Transformer {
+ public:
+  /// An instance over `weights` with an empty cache. Errors: null weights, context_size or
+  /// max_batch out of range (context_size above Mistral's sliding_window included).
+  static result<Transformer> create(std::shared_ptr<const TransformerWeights> weights,
+                                    const TransformerOptions& options = {}) {
+    constexpr std::string_view where = "Transformer::create";
+    if (!weights) return make_error(errc::invalid_argument, where, "weights: null");
+    const ModelConfig& c = weights->config;
+    std::size_t ctx = options.context_size;
+    if (ctx == 0) {
+      ctx = c.max_position_embeddings;
+      if (c.sliding_window) ctx = std::min(ctx, *c.sliding_window);
+    }
+    if (c.sliding_window && ctx > *c.sliding_window) {
+      return make_error(errc::unsupported, where,
+                        "context_size: " + std::to_string(ctx) + " exceeds the sliding_window " +
+                            std::to_string(*c.sliding_window) + " of " + weights->dir +
+                            " (sliding-window attention is not implemented)");
+    }
+    if (ctx > (std::size_t{1} << 24)) {
+      // Positions are converted to fp32 for RoPE, exactly only up to 2^24.
+      return make_error(errc::invalid_argument, where,
+                        "context_size: " + std::to_string(ctx) + " is larger than 2^24");
+    }
+    if (options.max_batch == 0 || options.max_batch > 65536) {
+      return make_error(
+          errc::invalid_argument, where,
+          "max_batch: " + std::to_string(options.max_batch) + " is not in [1, 65536]");
+    }
+    if (options.path == kernels::MatmulPath::fast && !kernels::isa_supported(options.isa)) {
+      return make_error(errc::unsupported, where,
+                        std::string("isa: ") + kernels::isa_name(options.isa) +
+                            " is not supported by this CPU/build");
+    }
+    auto cache = Cache::create(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, ctx);
+    if (!cache) return cache.error();
+
+    Transformer t(std::move(weights), options, std::move(*cache));
+    t.options_.context_size = ctx;
+    const std::size_t B = options.max_batch, H = c.hidden_size, I = c.intermediate_size;
+    const std::size_t qd = c.num_attention_heads * c.head_dim;
+    const std::size_t kvd = c.num_key_value_heads * c.head_dim;
+    t.x_.resize(B * H);
+    t.xn_.resize(B * H);
+    t.tmp_.resize(B * H);
+    t.q_.resize(B * qd);
+    t.attn_.resize(B * qd);
+    t.k_.resize(B * kvd);
+    t.v_.resize(B * kvd);
+    t.gate_.resize(B * I);
+    t.up_.resize(B * I);
+    t.cos_.resize(B * c.head_dim / 2);
+    t.sin_.resize(B * c.head_dim / 2);
+    t.inv_freq_ = rope_inv_freq(c);
+    return t;
+  }
+
+  Transformer(Transformer&&) noexcept = default;
+  Transformer& operator=(Transformer&&) noexcept = default;
+
+  /// decode::Model: rows of the output distribution (config vocab_size).
+  std::size_t vocab_size() const noexcept { return weights_->config.vocab_size; }
+  /// decode::Model: tokens consumed so far.
+  std::size_t position() const noexcept { return cache_.length(); }
+  /// decode::Model: most tokens this instance can hold.
+  std::size_t context_size() const noexcept { return options_.context_size; }
+
+  /// decode::Model::forward (see decode::Model for the contract). Errors, checked before any
+  /// work: empty `tokens`, a token id outside [0, vocab_size()) (the message names the index and
+  /// the id), position() + tokens.size() > context_size(), `logits` shorter than
+  /// decode::logits_count(mode, tokens.size(), vocab_size()). On any error the state is
+  /// unchanged.
+  status forward(std::span<const std::int32_t> tokens, decode::LogitsMode mode,
+                 std::span<float> logits) {
+    constexpr std::string_view where = "Transformer::forward";
+    const std::size_t V = vocab_size();
+    if (tokens.empty()) return make_error(errc::invalid_argument, where, "tokens: empty");
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= V) {
+        return make_error(errc::out_of_range, where,
+                          "tokens[" + std::to_string(i) + "]: id " + std::to_string(tokens[i]) +
+                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+      }
+    }
+    const std::size_t p0 = position();
+    if (tokens.size() > context_size() - p0) {
+      return make_error(errc::capacity_exceeded, where,
+                        "position " + std::to_string(p0) + " + " + std::to_string(tokens.size()) +
+                            " tokens exceeds the context size " + std::to_string(context_size()));
+    }
+    const std::size_t need = decode::logits_count(mode, tokens.size(), V);
+    if (logits.size() < need) {
+      return make_error(
+          errc::invalid_argument, where,
+          "logits: size " + std::to_string(logits.size()) + ", need " + std::to_string(need) +
+              (mode == decode::LogitsMode::all ? " (tokens * vocab_size)" : " (vocab_size)"));
+    }
+    const std::size_t B = options_.max_batch;
+    for (std::size_t off = 0; off < tokens.size(); off += B) {
+      const std::size_t T = std::min(B, tokens.size() - off);
+      const bool last_chunk = off + T == tokens.size();
+      float* out = nullptr;
+      std::size_t first_row = 0, rows = 0;
+      if (mode == decode::LogitsMode::all) {
+        out = logits.data() + off * V;
+        rows = T;
+      } else if (last_chunk) {
+        out = logits.data();
+        first_row = T - 1;
+        rows = 1;
+      }
+      if (auto st = run_chunk(tokens.subspan(off, T), first_row, rows, out); !st) {
+        // Only an internal failure gets here (arguments were checked): roll back.
+        (void)cache_.truncate(p0);
+        return st;
+      }
+    }
+    return {};
+  }
+
+  /// decode::Model::truncate: forget every token after the first n (n <= position()).
+  status truncate(std::size_t n) {
+    if (n > position()) {
+      return make_error(
+          errc::out_of_range, "Transformer::truncate",
+          "n: " + std::to_string(n) + " is greater than position " + std::to_string(position()));
+    }
+    return cache_.truncate(n);
+  }
+
+  const TransformerWeights& weights() const noexcept { return *weights_; }
+  const std::shared_ptr<const TransformerWeights>& shared_weights() const noexcept {
+    return weights_;
+  }
+  const Cache& cache() const noexcept { return cache_; }
+  /// The options in effect (context_size resolved).
+  const TransformerOptions& options() const noexcept { return options_; }
+  /// Bytes owned by this instance: KV cache plus scratch buffers (not the shared weights).
+  std::size_t bytes() const noexcept {
+    std::size_t f = 0;
+    for (const auto* b : {&x_, &xn_, &tmp_, &q_, &attn_, &k_, &v_, &gate_, &up_, &cos_, &sin_})
+      f += b->size();
+    return cache_.bytes() + f * sizeof(float) + (workspace_ ? workspace_->capacity() : 0);
+  }
+
+ private:
+  Transformer(std::shared_ptr<const TransformerWeights> w, const TransformerOptions& o, Cache c)
+      : weights_(std::move(w)),
+        options_(o),
+        cache_(std::move(c)),
+        workspace_(std::make_unique<kernels::Workspace>()) {}
+
+  kernels::MatmulOptions matmul_options() const noexcept {
+    kernels::MatmulOptions m;
+    m.pool = options_.pool;
+    m.path = options_.path;
+    m.isa = options_.isa;
+    m.workspace = workspace_.get();
+    return m;
+  }
+
+  // out[r][:] = x[r][:] / sqrt(mean(x[r]^2) + eps) * weight, for rows [r0, r1).
+  void rms_norm(const float* x, const std::vector<float>& weight, float* out, std::size_t r0,
+                std::size_t r1) const noexcept {
+    const std::size_t H = weights_->config.hidden_size;
+    const auto eps = static_cast<float>(weights_->config.rms_norm_eps);
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * H;
+      double ss = 0.0;
+      for (std::size_t c = 0; c < H; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+      const auto var = static_cast<float>(ss / static_cast<double>(H));
+      const float inv = 1.0f / std::sqrt(var + eps);
+      float* o = out + r * H;
+      for (std::size_t c = 0; c < H; ++c) o[c] = (xr[c] * inv) * weight[c];
+    }
+  }
+
+  // RoPE (rotate_half) on `heads` heads of each of T rows of v ([T][heads][head_dim]), using the
+  // cos/sin tables of this chunk.
+  void rope(float* v, std::size_t T, std::size_t heads) const noexcept {
+    const std::size_t hd = weights_->config.head_dim, half = hd / 2;
+    for (std::size_t t = 0; t < T; ++t) {
+      const float* cs = cos_.data() + t * half;
+      const float* sn = sin_.data() + t * half;
+      for (std::size_t h = 0; h < heads; ++h) {
+        float* p = v + (t * heads + h) * hd;
+        for (std::size_t i = 0; i < half; ++i) {
+          const float a = p[i], b = p[i + half];
+          p[i] = a * cs[i] - b * sn[i];
+          p[i + half] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  }
+
+  // Runs T tokens at position() through the model; writes lm_head logits of rows
+  // [first_row, first_row + rows) to out (rows may be 0).
+  status run_chunk(std::span<const std::int32_t> ids, std::size_t first_row, std::size_t rows,
+                   float* out) {
+    const TransformerWeights& w = *weights_;
+    const ModelConfig& c = w.config;
+    const std::size_t T = ids.size(), p0 = position();
+    const std::size_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
+    const std::size_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+    const std::size_t qd = nh * hd, kvd = nkv * hd, half = hd / 2;
+    const kernels::MatmulOptions mo = matmul_options();
+    ThreadPool* pool = options_.pool;
+
+    for (std::size_t t = 0; t < T; ++t)
+      w.embed_tokens.row(static_cast<std::size_t>(ids[t]), x_.data() + t * H);
+    // cos/sin of angle = pos * inv_freq[i], each a single fp32 product as in HF.
+    for (std::size_t t = 0; t < T; ++t) {
+      const auto pos = static_cast<float>(p0 + t);
+      for (std::size_t i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq_[i];
+        cos_[t * half + i] = std::cos(angle);
+        sin_[t * half + i] = std::sin(angle);
+      }
+    }
+
+    // Y[T][lin.n()] = X[T][lin.k()] W^T (+ bias), from one scratch buffer into another.
+    const auto mm = [&](const Linear& lin, const std::vector<float>& in, std::vector<float>& y) {
+      return linear_forward(lin, std::span<const float>(in.data(), T * lin.k()), T,
+                            std::span<float>(y.data(), T * lin.n()), mo);
+    };
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+      const LayerWeights& L = w.layers[l];
+      rms_norm(x_.data(), L.input_layernorm, xn_.data(), 0, T);
+      if (auto st = mm(L.q_proj, xn_, q_); !st) return st;
+      if (auto st = mm(L.k_proj, xn_, k_); !st) return st;
+      if (auto st = mm(L.v_proj, xn_, v_); !st) return st;
+      rope(q_.data(), T, nh);
+      rope(k_.data(), T, nkv);
+      const std::span<const float> k(k_.data(), T * kvd), v(v_.data(), T * kvd);
+      if (auto st = cache_.append(l, p0, T, k, v); !st) return st;
+      const std::span<const float> q(q_.data(), T * qd);
+      if (auto st = cache_.attend(l, q, T, p0, nh, std::span(attn_.data(), T * qd), pool); !st)
+        return st;
+      if (auto st = mm(L.o_proj, attn_, tmp_); !st) return st;
+      for (std::size_t i = 0; i < T * H; ++i) x_[i] += tmp_[i];
+
+      rms_norm(x_.data(), L.post_attention_layernorm, xn_.data(), 0, T);
+      if (auto st = mm(L.gate_proj, xn_, gate_); !st) return st;
+      if (auto st = mm(L.up_proj, xn_, up_); !st) return st;
+      for (std::size_t i = 0; i < T * I; ++i) {
+        const float g = gate_[i];
+        gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];  // silu(g) * u
+      }
+      if (auto st = mm(L.down_proj, gate_, tmp_); !st) return st;
+      for (std::size_t i = 0; i < T * H; ++i) x_[i] += tmp_[i];
+    }
+
+    if (rows == 0) return {};
+    rms_norm(x_.data(), w.norm, xn_.data(), first_row, first_row + rows);
+    const std::size_t V = c.vocab_size;
+    return linear_forward(w.lm_head, std::span<const float>(xn_.data() + first_row * H, rows * H),
+                          rows, std::span<float>(out, rows * V), mo);
+  }
+
+  std::shared_ptr<const TransformerWeights> weights_;
+  TransformerOptions options_;
+  Cache cache_;
+  std::unique_ptr<kernels::Workspace> workspace_;  // fast-path activation scratch
+  std::vector<float> inv_freq_;                    // [head_dim / 2]
+  // Scratch for one chunk of up to B = max_batch tokens.
+  std::vector<float> x_, xn_, tmp_;  // [B][hidden]: residual stream, normed, projection out
+  std::vector<float> q_, attn_;      // [B][heads * head_dim]
+  std::vector<float> k_, v_;         // [B][kv_heads * head_dim]
+  std::vector<float> gate_, up_;     // [B][intermediate]
+  std::vector<float> cos_, sin_;     // [B][head_dim / 2]
+};
+
+static_assert(decode::Model<Transformer<cache::KVCacheF32>>);
+static_assert(decode::Model<Transformer<cache::KVCacheF16>>);
+
+}  // namespace edgellm::model

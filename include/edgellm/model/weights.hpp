@@ -1,0 +1,791 @@
+// SPDX-License-Identifier: Apache-2.0
+// Weights of a Llama / Qwen2 / Mistral decoder loaded from a Hugging Face checkpoint directory
+// (plain fp16/bf16/fp32 or AutoAWQ gemm/gemv), validated against config.json, in the form the
+// transformer runs: packed int4 linears (or dense fp32 in reference mode), fp32 norms and
+// biases, and embeddings / lm_head read in place from the memory-mapped files.
+#pragma once
+
+#include "edgellm/io/safetensors.hpp"
+#include "edgellm/kernels/awq.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/formats.hpp"
+#include "edgellm/kernels/matmul.hpp"
+#include "edgellm/kernels/quantize.hpp"
+#include "edgellm/model/config.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+namespace edgellm::model {
+
+/// How lm_head (or the tied embedding used as lm_head) is multiplied.
+enum class LmHeadFormat {
+  as_stored,  ///< the fp16/bf16/fp32 tensor in place (mmapped), converted on the fly: exact
+              ///< weights, no extra memory, 2 bytes per weight read per token
+  q4,         ///< RTN-quantised to int4 at load (group 128, or 64 / 32 when hidden_size needs
+              ///< it) and run by the int4 kernels: ~0.53 bytes per weight, quantisation error
+};
+
+/// Options of load_weights().
+struct LoadOptions {
+  /// Reference mode: every decoder linear becomes a dense fp32 matrix (AWQ linears dequantised
+  /// to fp16((q - z) * s), AutoAWQ's own dequantisation, then widened), multiplied by plain fp32
+  /// loops. Slow and 4-8x the memory; for checking against other implementations. `lm_head` is
+  /// ignored (the stored tensor is used as is, which is exact).
+  bool fp32_reference = false;
+  LmHeadFormat lm_head = LmHeadFormat::as_stored;
+  /// Group size for quantising unquantised (fp16/bf16/fp32) checkpoints to int4 by RTN at load:
+  /// 32, 64 or 128, dividing every linear's input width; 0 picks the largest that does.
+  std::size_t rtn_group_size = 0;
+  /// After a tensor has been converted into owned memory (AWQ repacking, RTN, fp32 widening), ask
+  /// the kernel to drop its mapped source pages (madvise MADV_DONTNEED on the page-aligned
+  /// interior of the tensor), so resident memory stays near the converted weights plus one
+  /// tensor instead of growing by the whole file. The pages refault from the file if touched.
+  bool release_source_pages = true;
+};
+
+/// Element type of a dense (unquantised) matrix.
+enum class DenseType { f32, f16, bf16 };
+
+inline const char* to_string(DenseType t) noexcept {
+  switch (t) {
+    case DenseType::f32:
+      return "F32";
+    case DenseType::f16:
+      return "F16";
+    case DenseType::bf16:
+      return "BF16";
+  }
+  return "?";
+}
+
+namespace detail {
+
+/// fp16 bits -> fp32, branch-free so that loops over it vectorise: the exponent/mantissa bits
+/// shifted into an fp32 and multiplied by 2^112 rebias normals and renormalise subnormals
+/// exactly; inf/NaN are patched by a select. Equal to kernels::f16_to_f32 for all 65536 inputs
+/// (tested), unless the FPU flushes subnormal inputs to zero (DAZ), which no supported target
+/// enables by default.
+inline float f16_to_f32_fast(std::uint16_t h) noexcept {
+  const std::uint32_t em = h & 0x7FFFu;
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const float mag = std::bit_cast<float>(em << 13) * 0x1p112f;
+  const std::uint32_t mant = em & 0x3FFu;
+  // inf / NaN (quiet bit set for NaN); the select is written as masks so that no branch is left
+  const std::uint32_t special =
+      0x7F800000u | (mant << 13) | (static_cast<std::uint32_t>(mant != 0) << 22);
+  const std::uint32_t is_special = 0u - static_cast<std::uint32_t>(em >= 0x7C00u);
+  const std::uint32_t bits =
+      (special & is_special) | (std::bit_cast<std::uint32_t>(mag) & ~is_special);
+  return std::bit_cast<float>(bits | sign);
+}
+
+inline std::size_t page_size() noexcept {
+#if defined(__unix__) || defined(__APPLE__)
+  const long p = ::sysconf(_SC_PAGESIZE);
+  return p > 0 ? static_cast<std::size_t>(p) : 4096;
+#else
+  return 4096;
+#endif
+}
+
+/// Drops the resident pages that lie entirely inside `bytes` (a read-only file mapping) and
+/// returns how many bytes that covered. Pages shared with neighbouring tensors are kept.
+inline std::size_t release_mapped_pages(std::span<const std::byte> bytes) noexcept {
+#if (defined(__unix__) || defined(__APPLE__)) && defined(MADV_DONTNEED)
+  if (bytes.empty()) return 0;
+  const std::size_t page = page_size();
+  const auto a = reinterpret_cast<std::uintptr_t>(bytes.data());
+  const std::uintptr_t begin = (a + page - 1) / page * page;
+  const std::uintptr_t end = (a + bytes.size()) / page * page;
+  if (end <= begin) return 0;
+  // Clean pages of a MAP_PRIVATE read-only file mapping: dropping them is always safe (a later
+  // access reads the file again). A failure only means the memory stays resident.
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) return 0;
+  return static_cast<std::size_t>(end - begin);
+#else
+  (void)bytes;
+  return 0;
+#endif
+}
+
+struct AlignedFree {
+  void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
+};
+using AlignedBytes = std::unique_ptr<std::byte, AlignedFree>;
+
+inline AlignedBytes allocate_aligned(std::size_t bytes) noexcept {
+  return AlignedBytes(static_cast<std::byte*>(
+      ::operator new (bytes ? bytes : 1, std::align_val_t{64}, std::nothrow)));
+}
+
+}  // namespace detail
+
+/// A dense row-major matrix W[n][k] of fp32, fp16 or bf16 elements: either a view of a tensor in
+/// a mapped checkpoint file (its owner must outlive the view; TransformerWeights keeps the
+/// checkpoint open) or owned, 64-byte aligned memory. Read-only after construction, so it may be
+/// shared between threads.
+class DenseMatrix {
+ public:
+  DenseMatrix() = default;
+
+  /// Wraps a stored tensor of shape [n, k] (or [k] with n = 1) without copying. A tensor whose
+  /// address is not a multiple of its element size (old writers) is copied into owned memory.
+  static result<DenseMatrix> view(const io::TensorView& t) {
+    DenseMatrix m;
+    switch (t.type()) {
+      case io::dtype::f32:
+        m.type_ = DenseType::f32;
+        break;
+      case io::dtype::f16:
+        m.type_ = DenseType::f16;
+        break;
+      case io::dtype::bf16:
+        m.type_ = DenseType::bf16;
+        break;
+      default:
+        return make_error(errc::unsupported, "DenseMatrix::view",
+                          t.name() + ": dtype " + std::string(io::dtype_name(t.type())) +
+                              " (expected F16, BF16 or F32)");
+    }
+    const auto& s = t.shape();
+    m.n_ = s.size() == 2 ? s[0] : 1;
+    m.k_ = s.empty() ? 1 : s.back();
+    if (t.is_aligned()) {
+      m.data_ = t.bytes.data();
+    } else {
+      m.owned_ = detail::allocate_aligned(t.bytes.size());
+      if (!m.owned_) {
+        return make_error(errc::capacity_exceeded, "DenseMatrix::view",
+                          t.name() + ": cannot allocate " + std::to_string(t.bytes.size()) +
+                              " bytes for an aligned copy");
+      }
+      std::memcpy(m.owned_.get(), t.bytes.data(), t.bytes.size());
+      m.data_ = m.owned_.get();
+    }
+    return m;
+  }
+
+  /// An owned fp32 matrix [n][k] from row-major values (values.size() == n * k).
+  static result<DenseMatrix> from_f32(std::span<const float> values, std::size_t n, std::size_t k) {
+    if (values.size() != n * k || n == 0 || k == 0) {
+      return make_error(errc::shape_mismatch, "DenseMatrix::from_f32",
+                        "values: size " + std::to_string(values.size()) +
+                            " != n * k = " + std::to_string(n) + " * " + std::to_string(k));
+    }
+    DenseMatrix m;
+    m.type_ = DenseType::f32;
+    m.n_ = n;
+    m.k_ = k;
+    m.owned_ = detail::allocate_aligned(n * k * sizeof(float));
+    if (!m.owned_) {
+      return make_error(errc::capacity_exceeded, "DenseMatrix::from_f32",
+                        "cannot allocate " + std::to_string(n * k * sizeof(float)) + " bytes");
+    }
+    std::memcpy(m.owned_.get(), values.data(), n * k * sizeof(float));
+    m.data_ = m.owned_.get();
+    return m;
+  }
+
+  std::size_t n() const noexcept { return n_; }  ///< rows (outputs)
+  std::size_t k() const noexcept { return k_; }  ///< columns (inputs)
+  DenseType type() const noexcept { return type_; }
+  bool empty() const noexcept { return data_ == nullptr; }
+  std::size_t element_size() const noexcept { return type_ == DenseType::f32 ? 4 : 2; }
+  /// Bytes of owned memory (0 for a view of a mapped file).
+  std::size_t owned_bytes() const noexcept { return owned_ ? n_ * k_ * element_size() : 0; }
+
+  /// Elements [c0, c0 + count) of row r as fp32 (exact): a pointer into the matrix for fp32,
+  /// else converted into `buf` (count floats) and `buf` returned.
+  const float* row_chunk(std::size_t r, std::size_t c0, std::size_t count,
+                         float* buf) const noexcept {
+    const std::size_t at = r * k_ + c0;
+    switch (type_) {
+      case DenseType::f32:
+        return reinterpret_cast<const float*>(data_) + at;
+      case DenseType::f16: {
+        const auto* p = reinterpret_cast<const std::uint16_t*>(data_) + at;
+        std::size_t i = 0;  // fixed-length blocks: vectorised at -O2 too
+        for (; i + 16 <= count; i += 16)
+          for (std::size_t l = 0; l < 16; ++l) buf[i + l] = detail::f16_to_f32_fast(p[i + l]);
+        for (; i < count; ++i) buf[i] = detail::f16_to_f32_fast(p[i]);
+        return buf;
+      }
+      case DenseType::bf16: {
+        const auto* p = reinterpret_cast<const std::uint16_t*>(data_) + at;
+        std::size_t i = 0;
+        for (; i + 16 <= count; i += 16)
+          for (std::size_t l = 0; l < 16; ++l)
+            buf[i + l] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i + l]) << 16);
+        for (; i < count; ++i)
+          buf[i] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i]) << 16);
+        return buf;
+      }
+    }
+    return buf;
+  }
+
+  /// Row r as fp32 into out[k] (an embedding lookup).
+  void row(std::size_t r, float* out) const noexcept {
+    const float* p = row_chunk(r, 0, k_, out);
+    if (p != out) std::memcpy(out, p, k_ * sizeof(float));
+  }
+
+ private:
+  DenseType type_ = DenseType::f32;
+  std::size_t n_ = 0, k_ = 0;
+  const std::byte* data_ = nullptr;
+  detail::AlignedBytes owned_;
+};
+
+namespace detail {
+
+/// Rows [r0, r1) of Y = X W^T + bias for a dense W: Y[i][r] = bias[r] + sum_c X[i][c] W[r][c].
+/// Plain C++ loops shaped for the auto-vectoriser: each output has 16 partial sums in a fixed
+/// order over 512-column chunks, so the result for a row of X is bit-identical whatever m, the
+/// row split or the thread count. W rows are converted to fp32 chunk by chunk, once per block of
+/// up to 64 rows of X.
+/// X: [m][ldx], Y: [m][ldy], bias: [n] or null.
+inline void dense_matmul_rows(const DenseMatrix& w, const float* x, std::size_t ldx, std::size_t m,
+                              const float* bias, float* y, std::size_t ldy, std::size_t r0,
+                              std::size_t r1) noexcept {
+  constexpr std::size_t kChunk = 512, kLanes = 16, kRowBlock = 64;
+  alignas(64) float wbuf[kChunk];
+  alignas(64) float acc[kRowBlock][kLanes];
+  const std::size_t k = w.k();
+  for (std::size_t r = r0; r < r1; ++r) {
+    for (std::size_t i0 = 0; i0 < m; i0 += kRowBlock) {
+      const std::size_t mb = std::min(kRowBlock, m - i0);
+      for (std::size_t ii = 0; ii < mb; ++ii)
+        for (std::size_t l = 0; l < kLanes; ++l) acc[ii][l] = 0.0f;
+      for (std::size_t c0 = 0; c0 < k; c0 += kChunk) {
+        const std::size_t kc = std::min(kChunk, k - c0);
+        const float* wr = w.row_chunk(r, c0, kc, wbuf);
+        for (std::size_t ii = 0; ii < mb; ++ii) {
+          const float* xr = x + (i0 + ii) * ldx + c0;
+          float* a = acc[ii];
+          std::size_t c = 0;
+          for (; c + kLanes <= kc; c += kLanes)
+            for (std::size_t l = 0; l < kLanes; ++l) a[l] += xr[c + l] * wr[c + l];
+          for (; c < kc; ++c) a[c % kLanes] += xr[c] * wr[c];
+        }
+      }
+      for (std::size_t ii = 0; ii < mb; ++ii) {
+        const float* a = acc[ii];
+        float s8[8];
+        for (std::size_t l = 0; l < 8; ++l) s8[l] = a[l] + a[l + 8];
+        const float s = ((s8[0] + s8[4]) + (s8[1] + s8[5])) + ((s8[2] + s8[6]) + (s8[3] + s8[7]));
+        y[(i0 + ii) * ldy + r] = s + (bias ? bias[r] : 0.0f);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of
+/// W are split over `pool` (null: the calling thread); bit-identical for any thread count.
+inline status dense_matmul(const DenseMatrix& w, std::span<const float> x, std::size_t m,
+                           std::span<float> y, std::span<const float> bias, ThreadPool* pool) {
+  constexpr std::string_view where = "dense_matmul";
+  if (w.empty() || m == 0)
+    return make_error(errc::invalid_argument, where, "empty matrix or m = 0");
+  if (x.size() < m * w.k() || y.size() < m * w.n()) {
+    return make_error(errc::invalid_argument, where,
+                      "x/y: sizes " + std::to_string(x.size()) + "/" + std::to_string(y.size()) +
+                          ", need " + std::to_string(m * w.k()) + "/" + std::to_string(m * w.n()));
+  }
+  if (!bias.empty() && bias.size() != w.n()) {
+    return make_error(
+        errc::shape_mismatch, where,
+        "bias: size " + std::to_string(bias.size()) + ", expected " + std::to_string(w.n()));
+  }
+  const float* b = bias.empty() ? nullptr : bias.data();
+  parallel_for(pool, w.n(), [&](std::size_t r0, std::size_t r1) {
+    detail::dense_matmul_rows(w, x.data(), w.k(), m, b, y.data(), w.n(), r0, r1);
+  });
+  return {};
+}
+
+/// One nn.Linear, y = x W^T + bias with W [n][k]: packed int4 (q4 non-empty) or dense.
+struct Linear {
+  kernels::Q4Matrix q4;     ///< the weights when quantised
+  DenseMatrix dense;        ///< the weights otherwise
+  std::vector<float> bias;  ///< [n], or empty
+
+  bool quantized() const noexcept { return !q4.empty(); }
+  std::size_t n() const noexcept { return quantized() ? q4.n() : dense.n(); }
+  std::size_t k() const noexcept { return quantized() ? q4.k() : dense.k(); }
+  /// Bytes of owned memory (packed or dense weights plus bias).
+  std::size_t owned_bytes() const noexcept {
+    return (quantized() ? q4.byte_size() : dense.owned_bytes()) + bias.size() * sizeof(float);
+  }
+};
+
+/// Y[m][n] = X[m][k] W^T + bias through the int4 kernels (gemv for m == 1, gemm otherwise, on
+/// opts.path) or dense_matmul (opts.pool only).
+inline status linear_forward(const Linear& w, std::span<const float> x, std::size_t m,
+                             std::span<float> y, const kernels::MatmulOptions& opts) {
+  if (w.quantized()) {
+    if (m == 1) return kernels::gemv(w.q4, x.first(w.k()), y.first(w.n()), w.bias, opts);
+    return kernels::gemm(w.q4, x.first(m * w.k()), m, y.first(m * w.n()), w.bias, opts);
+  }
+  return dense_matmul(w.dense, x, m, y, w.bias, opts.pool);
+}
+
+/// The weights of one decoder layer (names as in the HF state dict, without the prefix).
+struct LayerWeights {
+  std::vector<float> input_layernorm;           ///< [hidden]
+  std::vector<float> post_attention_layernorm;  ///< [hidden]
+  Linear q_proj, k_proj, v_proj, o_proj;        ///< self_attn.*
+  Linear gate_proj, up_proj, down_proj;         ///< mlp.*
+};
+
+/// Everything a transformer needs, loaded by load_weights(). Immutable once loaded: share one
+/// object (std::shared_ptr<const TransformerWeights>) between any number of Transformers and
+/// threads. Views into the mapped checkpoint (embeddings, an as-stored lm_head, dense
+/// modules_to_not_convert) stay valid because the checkpoint is kept open here.
+struct TransformerWeights {
+  std::string dir;                 ///< the checkpoint directory
+  ModelConfig config;              ///< its config.json (+ generation_config.json)
+  LoadOptions options;             ///< how it was loaded
+  std::size_t rtn_group_size = 0;  ///< group size used for RTN at load (0: none was needed)
+  std::optional<io::Checkpoint> checkpoint;  ///< the open files the views point into
+  DenseMatrix embed_tokens;                  ///< [vocab][hidden], as stored
+  Linear lm_head;                            ///< [vocab][hidden]; the embedding when tied
+  std::vector<float> norm;                   ///< final RMSNorm weight [hidden]
+  std::vector<LayerWeights> layers;          ///< [num_hidden_layers]
+  std::size_t released_source_bytes = 0;     ///< mapped bytes dropped after conversion
+
+  /// Bytes of memory owned by the weights (packed/dense matrices, norms, biases); the mapped
+  /// views (embeddings, as-stored lm_head) are not counted.
+  std::size_t owned_bytes() const noexcept {
+    std::size_t b = embed_tokens.owned_bytes() + lm_head.owned_bytes() + norm.size() * 4;
+    for (const LayerWeights& l : layers) {
+      b += (l.input_layernorm.size() + l.post_attention_layernorm.size()) * 4;
+      for (const Linear* p :
+           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+        b += p->owned_bytes();
+    }
+    return b;
+  }
+};
+
+namespace detail {
+
+/// Loading state: the open checkpoint, the config and the messages' context.
+class WeightLoader {
+ public:
+  WeightLoader(const io::Checkpoint& ckpt, const ModelConfig& cfg, const LoadOptions& opts,
+               std::string dir)
+      : ckpt_(ckpt), cfg_(cfg), opts_(opts), dir_(std::move(dir)) {}
+
+  std::size_t released() const noexcept { return released_; }
+
+  /// "<file>: <tensor>: <what>", the file being the shard that holds the tensor.
+  error tensor_error(errc code, std::string_view name, const std::string& what) const {
+    const io::SafetensorsFile* f = ckpt_.file_of(name);
+    return make_error(code, kWhere,
+                      (f ? f->path() : dir_) + ": " + std::string(name) + ": " + what);
+  }
+
+  /// The tensor `name`, checked for presence, dtype (one of `dtypes`) and shape (`shape`,
+  /// explained by `why` in the message, e.g. "[hidden_size, intermediate_size]").
+  result<io::TensorView> get(const std::string& name, std::initializer_list<io::dtype> dtypes,
+                             const std::vector<std::size_t>& shape, std::string_view why) const {
+    auto t = ckpt_.find(name);
+    if (!t) {
+      return make_error(errc::format_error, kWhere,
+                        dir_ + ": missing tensor '" + name + "' (expected shape " +
+                            io::shape_to_string(shape) + " = " + std::string(why) + ")");
+    }
+    if (std::find(dtypes.begin(), dtypes.end(), t->type()) == dtypes.end()) {
+      std::string allowed;
+      for (io::dtype d : dtypes) {
+        if (!allowed.empty()) allowed += " or ";
+        allowed += io::dtype_name(d);
+      }
+      return tensor_error(
+          errc::unsupported, name,
+          "dtype " + std::string(io::dtype_name(t->type())) + ", expected " + allowed);
+    }
+    if (t->shape() != shape) {
+      return tensor_error(errc::shape_mismatch, name,
+                          "shape " + io::shape_to_string(t->shape()) + " but config says " +
+                              io::shape_to_string(shape) + " (" + std::string(why) + ")");
+    }
+    return t;
+  }
+
+  /// A float vector [n] (norm weight, bias) as fp32.
+  result<std::vector<float>> vector_f32(const std::string& name, std::size_t n,
+                                        std::string_view why) const {
+    auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n}, why);
+    if (!t) return t.error();
+    auto m = DenseMatrix::view(*t);
+    if (!m) return m.error();
+    std::vector<float> out(n);
+    m->row(0, out.data());
+    return out;
+  }
+
+  /// A dense weight [n][k] as stored (view).
+  result<DenseMatrix> dense_view(const std::string& name, std::size_t n, std::size_t k,
+                                 std::string_view why) const {
+    auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
+    if (!t) return t.error();
+    return DenseMatrix::view(*t);
+  }
+
+  /// A dense weight [n][k] converted to owned fp32 (reference mode).
+  result<DenseMatrix> dense_f32(const std::string& name, std::size_t n, std::size_t k,
+                                std::string_view why) {
+    auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
+    if (!t) return t.error();
+    auto v = DenseMatrix::view(*t);
+    if (!v) return v.error();
+    std::vector<float> values(n * k);
+    for (std::size_t r = 0; r < n; ++r) v->row(r, values.data() + r * k);
+    auto m = DenseMatrix::from_f32(values, n, k);
+    if (m) release(t->bytes);
+    return m;
+  }
+
+  /// A dense weight [n][k] RTN-quantised to int4 with `group` and packed.
+  result<kernels::Q4Matrix> dense_q4(const std::string& name, std::size_t n, std::size_t k,
+                                     std::size_t group, std::string_view why) {
+    auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
+    if (!t) return t.error();
+    result<kernels::UnpackedQ4> u = make_error(errc::unsupported, kWhere, "unreachable");
+    const std::size_t count = n * k;
+    if (t->type() == io::dtype::f32) {
+      std::vector<float> copy;
+      const float* p = reinterpret_cast<const float*>(t->bytes.data());
+      if (!t->is_aligned()) {
+        copy.resize(count);
+        std::memcpy(copy.data(), t->bytes.data(), count * 4);
+        p = copy.data();
+      }
+      u = kernels::quantize_rtn(std::span<const float>(p, count), n, k, group);
+    } else {
+      std::vector<std::uint16_t> copy;
+      const auto* p = reinterpret_cast<const std::uint16_t*>(t->bytes.data());
+      if (!t->is_aligned()) {
+        copy.resize(count);
+        std::memcpy(copy.data(), t->bytes.data(), count * 2);
+        p = copy.data();
+      }
+      const std::span<const std::uint16_t> s(p, count);
+      u = t->type() == io::dtype::f16 ? kernels::quantize_rtn_f16(s, n, k, group)
+                                      : kernels::quantize_rtn_bf16(s, n, k, group);
+    }
+    if (!u) return tensor_error(u.error().code, name, u.error().message);
+    auto packed = kernels::pack_q4(*u);
+    if (!packed) return tensor_error(packed.error().code, name, packed.error().message);
+    release(t->bytes);
+    return packed;
+  }
+
+  /// An AutoAWQ linear `prefix` (qweight, qzeros, scales) with n outputs and k inputs, imported
+  /// exactly; packed to int4, or dequantised to dense fp32 in reference mode.
+  result<Linear> awq_linear(const std::string& prefix, std::size_t n, std::size_t k,
+                            std::string_view n_why, std::string_view k_why) {
+    const AwqConfig& awq = *cfg_.awq;
+    const std::size_t g = awq.group_size;
+    const bool gemm = awq.version == AwqVersion::gemm;
+    const std::string dims = "N = " + std::string(n_why) + " = " + std::to_string(n) +
+                             ", K = " + std::string(k_why) + " = " + std::to_string(k) +
+                             ", G = group_size = " + std::to_string(g) + ", AWQ " +
+                             to_string(awq.version);
+    if (k % g != 0) {
+      return make_error(errc::shape_mismatch, kWhere,
+                        dir_ + ": " + prefix + ": K = " + std::string(k_why) + " = " +
+                            std::to_string(k) + " is not a multiple of group_size " +
+                            std::to_string(g));
+    }
+    if (n % 8 != 0 && gemm) {
+      return make_error(errc::shape_mismatch, kWhere,
+                        dir_ + ": " + prefix + ": N = " + std::string(n_why) + " = " +
+                            std::to_string(n) + " is not a multiple of 8 (AWQ gemm packing)");
+    }
+    if (k % 8 != 0 && !gemm) {
+      return make_error(errc::shape_mismatch, kWhere,
+                        dir_ + ": " + prefix + ": K = " + std::string(k_why) + " = " +
+                            std::to_string(k) + " is not a multiple of 8 (AWQ gemv packing)");
+    }
+    const std::size_t ng = k / g, zw = kernels::awq_gemv_zeros_width(k, g);
+    auto qw = get(prefix + ".qweight", {io::dtype::i32},
+                  gemm ? std::vector<std::size_t>{k, n / 8} : std::vector<std::size_t>{n, k / 8},
+                  gemm ? "[K, N/8]; " + dims : "[N, K/8]; " + dims);
+    if (!qw) return qw.error();
+    auto qz = get(prefix + ".qzeros", {io::dtype::i32},
+                  gemm ? std::vector<std::size_t>{ng, n / 8} : std::vector<std::size_t>{n, zw},
+                  gemm ? "[K/G, N/8]; " + dims : "[N, zeros_width(K, G)]; " + dims);
+    if (!qz) return qz.error();
+    auto sc = get(prefix + ".scales", {io::dtype::f16},
+                  gemm ? std::vector<std::size_t>{ng, n} : std::vector<std::size_t>{n, zw * 8},
+                  gemm ? "[K/G, N]; " + dims : "[N, 8 * zeros_width(K, G)]; " + dims);
+    if (!sc) return sc.error();
+    const kernels::AwqLinearTensors tensors{{qw->bytes, qw->shape(), qw->name()},
+                                            {qz->bytes, qz->shape(), qz->name()},
+                                            {sc->bytes, sc->shape(), sc->name()}};
+    auto u = gemm ? kernels::import_awq_gemm(tensors, g) : kernels::import_awq_gemv(tensors, g);
+    if (!u) return tensor_error(u.error().code, prefix + ".qweight", u.error().message);
+    Linear lin;
+    if (opts_.fp32_reference) {
+      // AutoAWQ's dequantisation: one rounding of (q - z) * s to fp16 (formats.md 1.3).
+      std::vector<float> w(n * k);
+      for (std::size_t r = 0; r < n; ++r)
+        for (std::size_t c = 0; c < k; ++c)
+          w[r * k + c] = kernels::f16_to_f32(kernels::f32_to_f16(u->weight(r, c)));
+      auto d = DenseMatrix::from_f32(w, n, k);
+      if (!d) return d.error();
+      lin.dense = std::move(*d);
+    } else {
+      auto p = kernels::pack_q4(*u);
+      if (!p) return tensor_error(p.error().code, prefix + ".qweight", p.error().message);
+      lin.q4 = std::move(*p);
+    }
+    release(qw->bytes);
+    release(qz->bytes);
+    release(sc->bytes);
+    return lin;
+  }
+
+  /// Linear `model.layers.<i>.<module>` with n outputs and k inputs, in the form the options
+  /// ask for, plus its bias when `has_bias`.
+  result<Linear> linear(std::size_t layer, std::string_view module, std::size_t n, std::size_t k,
+                        std::string_view n_why, std::string_view k_why, bool has_bias,
+                        std::size_t rtn_group) {
+    const std::string prefix = "model.layers." + std::to_string(layer) + "." + std::string(module);
+    const std::string why = "[" + std::string(n_why) + ", " + std::string(k_why) + "]";
+    Linear lin;
+    if (cfg_.awq && cfg_.awq->is_quantized(module)) {
+      auto a = awq_linear(prefix, n, k, n_why, k_why);
+      if (!a) return a.error();
+      lin = std::move(*a);
+    } else if (opts_.fp32_reference) {
+      auto d = dense_f32(prefix + ".weight", n, k, why);
+      if (!d) return d.error();
+      lin.dense = std::move(*d);
+    } else if (cfg_.awq) {
+      // modules_to_not_convert: AutoAWQ left this linear in fp16; it stays dense.
+      auto d = dense_view(prefix + ".weight", n, k, why);
+      if (!d) return d.error();
+      lin.dense = std::move(*d);
+    } else {
+      auto q = dense_q4(prefix + ".weight", n, k, rtn_group, why);
+      if (!q) return q.error();
+      lin.q4 = std::move(*q);
+    }
+    if (has_bias) {
+      auto b = vector_f32(prefix + ".bias", n, "[" + std::string(n_why) + "]");
+      if (!b) return b.error();
+      lin.bias = std::move(*b);
+    }
+    return lin;
+  }
+
+  void release(std::span<const std::byte> bytes) {
+    if (opts_.release_source_pages) released_ += release_mapped_pages(bytes);
+  }
+
+  static constexpr std::string_view kWhere = "load_weights";
+
+ private:
+  const io::Checkpoint& ckpt_;
+  const ModelConfig& cfg_;
+  const LoadOptions& opts_;
+  std::string dir_;
+  std::size_t released_ = 0;
+};
+
+/// The largest kernel group size (128, 64, 32) dividing every width in `ks`, or 0.
+inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks) noexcept {
+  for (std::size_t g : {std::size_t{128}, std::size_t{64}, std::size_t{32}}) {
+    bool ok = true;
+    for (std::size_t k : ks) ok = ok && k % g == 0;
+    if (ok) return g;
+  }
+  return 0;
+}
+
+}  // namespace detail
+
+/// Loads the decoder in checkpoint directory `dir`: config.json (see load_model_config; model
+/// types llama, qwen2, mistral), then every tensor, each checked for presence, dtype and shape
+/// against the config (messages name the file and tensor, e.g. "[load_weights]
+/// /m/model.safetensors: model.layers.3.mlp.down_proj.weight: shape [64, 100] but config says
+/// [64, 192] ([hidden_size, intermediate_size])").
+///
+/// Per tensor:
+/// - decoder linears of an AutoAWQ checkpoint (quantization_config; gemm or gemv; group size 32,
+///   64 or 128): imported bit-exactly and repacked into kernels::Q4Matrix; linears matched by
+///   modules_to_not_convert stay dense as stored. Unquantised checkpoints: RTN-quantised to int4
+///   at load (options.rtn_group_size). With options.fp32_reference, all of them dense fp32.
+/// - embed_tokens: kept as stored (F16/BF16/F32) in the mapping; rows converted on lookup.
+/// - lm_head (embed_tokens when tie_word_embeddings): as stored, or int4 (options.lm_head).
+/// - norms and biases: fp32 vectors.
+/// Tensors the model does not use (e.g. rotary_emb.inv_freq) are ignored.
+/// Memory: converted tensors' mapped pages are released as loading goes (see LoadOptions), so
+/// peak resident memory is about the converted weights plus one tensor plus the as-stored
+/// embedding / lm_head pages that get touched.
+inline result<std::shared_ptr<const TransformerWeights>> load_weights(
+    const std::string& dir, const LoadOptions& options = {}) {
+  constexpr std::string_view where = detail::WeightLoader::kWhere;
+  auto cfg = load_model_config(dir);
+  if (!cfg) return cfg.error();
+  auto ckpt = io::Checkpoint::open(dir);
+  if (!ckpt) return ckpt.error();
+  const ModelConfig& c = *cfg;
+
+  auto w = std::make_shared<TransformerWeights>();
+  w->dir = dir;
+  w->config = c;
+  w->options = options;
+  const std::size_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const std::size_t q_dim = c.num_attention_heads * c.head_dim;
+  const std::size_t kv_dim = c.num_key_value_heads * c.head_dim;
+
+  if (c.awq && !kernels::is_supported_group_size(c.awq->group_size)) {
+    return make_error(errc::unsupported, where,
+                      dir + "/config.json: quantization_config.group_size " +
+                          std::to_string(c.awq->group_size) +
+                          " is not supported by the int4 kernels (32, 64 or 128)");
+  }
+  // RTN group size for linears that are quantised at load (unquantised checkpoints).
+  if (!c.awq && !options.fp32_reference) {
+    if (options.rtn_group_size == 0) {
+      w->rtn_group_size = detail::largest_group_dividing({H, I, q_dim});
+      if (w->rtn_group_size == 0) {
+        return make_error(errc::unsupported, where,
+                          dir + ": no int4 group size (128, 64, 32) divides hidden_size " +
+                              std::to_string(H) + ", intermediate_size " + std::to_string(I) +
+                              " and heads * head_dim " + std::to_string(q_dim) +
+                              "; load with fp32_reference");
+      }
+    } else {
+      const std::size_t g = options.rtn_group_size;
+      if (!kernels::is_supported_group_size(g)) {
+        return make_error(errc::invalid_argument, where,
+                          "options.rtn_group_size: " + std::to_string(g) +
+                              " is not supported (32, 64, 128, or 0 for automatic)");
+      }
+      for (auto [k, name] : {std::pair{H, "hidden_size"}, std::pair{I, "intermediate_size"},
+                             std::pair{q_dim, "num_attention_heads * head_dim"}}) {
+        if (k % g != 0) {
+          return make_error(errc::invalid_argument, where,
+                            "options.rtn_group_size: " + std::to_string(g) + " does not divide " +
+                                name + " = " + std::to_string(k) + " of " + dir);
+        }
+      }
+      w->rtn_group_size = g;
+    }
+  }
+
+  detail::WeightLoader ld(*ckpt, c, options, dir);
+  const std::string_view hidden_why = "hidden_size";
+  const std::string vec_why = "[hidden_size]";
+  {
+    auto e = ld.dense_view("model.embed_tokens.weight", V, H, "[vocab_size, hidden_size]");
+    if (!e) return e.error();
+    w->embed_tokens = std::move(*e);
+  }
+  {
+    auto n = ld.vector_f32("model.norm.weight", H, vec_why);
+    if (!n) return n.error();
+    w->norm = std::move(*n);
+  }
+
+  w->layers.resize(c.num_hidden_layers);
+  for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
+    LayerWeights& L = w->layers[i];
+    const std::string pre = "model.layers." + std::to_string(i) + ".";
+    auto n1 = ld.vector_f32(pre + "input_layernorm.weight", H, vec_why);
+    if (!n1) return n1.error();
+    L.input_layernorm = std::move(*n1);
+    auto n2 = ld.vector_f32(pre + "post_attention_layernorm.weight", H, vec_why);
+    if (!n2) return n2.error();
+    L.post_attention_layernorm = std::move(*n2);
+
+    struct Spec {
+      Linear* out;
+      std::string_view module;
+      std::size_t n, k;
+      std::string_view n_why, k_why;
+      bool bias;
+    };
+    const std::string_view q_why = "num_attention_heads * head_dim";
+    const std::string_view kv_why = "num_key_value_heads * head_dim";
+    const Spec specs[] = {
+        {&L.q_proj, "self_attn.q_proj", q_dim, H, q_why, hidden_why, c.attention_qkv_bias},
+        {&L.k_proj, "self_attn.k_proj", kv_dim, H, kv_why, hidden_why, c.attention_qkv_bias},
+        {&L.v_proj, "self_attn.v_proj", kv_dim, H, kv_why, hidden_why, c.attention_qkv_bias},
+        {&L.o_proj, "self_attn.o_proj", H, q_dim, hidden_why, q_why, c.attention_out_bias},
+        {&L.gate_proj, "mlp.gate_proj", I, H, "intermediate_size", hidden_why, c.mlp_bias},
+        {&L.up_proj, "mlp.up_proj", I, H, "intermediate_size", hidden_why, c.mlp_bias},
+        {&L.down_proj, "mlp.down_proj", H, I, hidden_why, "intermediate_size", c.mlp_bias},
+    };
+    for (const Spec& s : specs) {
+      auto lin = ld.linear(i, s.module, s.n, s.k, s.n_why, s.k_why, s.bias, w->rtn_group_size);
+      if (!lin) return lin.error();
+      *s.out = std::move(*lin);
+    }
+  }
+
+  // lm_head: its own tensor, or the embedding when tied (HF ties even if lm_head.weight is
+  // also stored).
+  const std::string head_name =
+      c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const std::string head_why = "[vocab_size, hidden_size]";
+  if (options.lm_head == LmHeadFormat::q4 && !options.fp32_reference) {
+    const std::size_t g = detail::largest_group_dividing({H});
+    if (g == 0) {
+      return make_error(errc::unsupported, where,
+                        dir + ": lm_head: no int4 group size (128, 64, 32) divides hidden_size " +
+                            std::to_string(H) + "; use LmHeadFormat::as_stored");
+    }
+    if (c.tie_word_embeddings) {
+      // The embedding stays mapped for lookups: quantise without releasing its pages.
+      LoadOptions keep = options;
+      keep.release_source_pages = false;
+      detail::WeightLoader tied(*ckpt, c, keep, dir);
+      auto q = tied.dense_q4(head_name, V, H, g, head_why);
+      if (!q) return q.error();
+      w->lm_head.q4 = std::move(*q);
+    } else {
+      auto q = ld.dense_q4(head_name, V, H, g, head_why);
+      if (!q) return q.error();
+      w->lm_head.q4 = std::move(*q);
+    }
+  } else {
+    auto d = ld.dense_view(head_name, V, H, head_why);
+    if (!d) return d.error();
+    w->lm_head.dense = std::move(*d);
+  }
+
+  w->released_source_bytes = ld.released();
+  w->checkpoint.emplace(std::move(*ckpt));
+  return std::shared_ptr<const TransformerWeights>(std::move(w));
+}
+
+}  // namespace edgellm::model

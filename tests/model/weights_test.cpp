@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tests for edgellm/model/weights.hpp: loading the fixture checkpoints in every mode, the dense
+// fp32/fp16/bf16 matmul, and the errors for broken checkpoints (each names file and tensor).
+#include "edgellm/model/weights.hpp"
+
+#include "edgellm/kernels/float16.hpp"
+#include "model/model_test_support.hpp"
+#include "support/test_util.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Catch::Matchers::Contains;
+using edgellm::errc;
+using edgellm::ThreadPool;
+using edgellm::model::DenseMatrix;
+using edgellm::model::DenseType;
+using edgellm::model::LmHeadFormat;
+using edgellm::model::load_weights;
+using edgellm::model::LoadOptions;
+using edgellm::test::copy_fixture;
+using edgellm::test::edit_tensor_header;
+using edgellm::test::model_fixture;
+using edgellm::test::replace_in_file;
+using edgellm::test::TempDir;
+
+// The error of loading `dir` with `opts`, which must fail.
+edgellm::error load_error(const std::string& dir, const LoadOptions& opts = {}) {
+  auto w = load_weights(dir, opts);
+  REQUIRE_FALSE(w);
+  return w.error();
+}
+
+// fp32 matrix bits in a DenseMatrix of `type` (values must be representable in it).
+DenseMatrix make_dense(const std::vector<float>& w, std::size_t n, std::size_t k, DenseType type,
+                       std::vector<std::uint16_t>& storage, edgellm::io::TensorInfo& info) {
+  if (type == DenseType::f32) {
+    auto m = DenseMatrix::from_f32(w, n, k);
+    REQUIRE(m);
+    return std::move(*m);
+  }
+  storage.resize(n * k);
+  for (std::size_t i = 0; i < n * k; ++i) {
+    storage[i] = type == DenseType::f16 ? edgellm::kernels::f32_to_f16(w[i])
+                                        : edgellm::kernels::f32_to_bf16(w[i]);
+  }
+  info.name = "w";
+  info.type = type == DenseType::f16 ? edgellm::io::dtype::f16 : edgellm::io::dtype::bf16;
+  info.shape = {n, k};
+  info.nbytes = n * k * 2;
+  edgellm::io::TensorView view{&info, std::as_bytes(std::span(storage))};
+  auto m = DenseMatrix::view(view);
+  REQUIRE(m);
+  return std::move(*m);
+}
+
+// Resident kB of every mapping of a file under `dir` (Linux /proc/self/smaps), or -1 if the
+// file cannot be read.
+long mapped_rss_kb(const std::string& dir) {
+  std::ifstream f("/proc/self/smaps");
+  if (!f) return -1;
+  std::string line;
+  bool in = false;
+  long kb = 0;
+  while (std::getline(f, line)) {
+    // A mapping header starts with "<hex>-<hex> "; attribute lines with "Name:".
+    const std::size_t sp = line.find(' ');
+    const std::string first = line.substr(0, sp);
+    if (sp != std::string::npos && first.find('-') != std::string::npos &&
+        first.find_first_not_of("0123456789abcdef-") == std::string::npos) {
+      in = line.find(dir) != std::string::npos;
+    } else if (in && line.rfind("Rss:", 0) == 0) {
+      kb += std::stol(line.substr(4));
+    }
+  }
+  return kb;
+}
+
+}  // namespace
+
+TEST_CASE("f16_to_f32_fast equals f16_to_f32 for every fp16 value", "[model]") {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const auto a = std::bit_cast<std::uint32_t>(
+        edgellm::model::detail::f16_to_f32_fast(static_cast<std::uint16_t>(h)));
+    const auto b =
+        std::bit_cast<std::uint32_t>(edgellm::kernels::f16_to_f32(static_cast<std::uint16_t>(h)));
+    INFO("fp16 bits " << h);
+    REQUIRE(a == b);
+  }
+}
+
+TEST_CASE("dense_matmul matches a double-precision product", "[model]") {
+  const DenseType type = GENERATE(DenseType::f32, DenseType::f16, DenseType::bf16);
+  const std::size_t k = GENERATE(std::size_t{7}, std::size_t{64}, std::size_t{1037});
+  const std::size_t n = 19;
+  auto rng = edgellm::test::make_rng(k);
+  auto w = edgellm::test::random_floats(rng, n * k);
+  // Round to the storage type so that the double reference sees the same weights.
+  for (float& v : w) {
+    if (type == DenseType::f16) v = edgellm::kernels::f16_to_f32(edgellm::kernels::f32_to_f16(v));
+    if (type == DenseType::bf16)
+      v = edgellm::kernels::bf16_to_f32(edgellm::kernels::f32_to_bf16(v));
+  }
+  std::vector<std::uint16_t> storage;
+  edgellm::io::TensorInfo info;
+  const DenseMatrix d = make_dense(w, n, k, type, storage, info);
+  REQUIRE(d.type() == type);
+  const auto bias = edgellm::test::random_floats(rng, n);
+  const std::size_t m_max = 70;  // more than one 64-row block
+  const auto x = edgellm::test::random_floats(rng, m_max * k);
+  std::vector<float> y(m_max * n);
+  REQUIRE(edgellm::model::dense_matmul(d, x, m_max, y, bias, nullptr));
+  // Error of an fp32 dot product of k terms (16 partial sums, then a tree): <= (k/16 + 6) u sum|w
+  // x|.
+  const double u = std::ldexp(1.0, -24);
+  for (std::size_t i = 0; i < m_max; ++i) {
+    for (std::size_t r = 0; r < n; ++r) {
+      double ref = bias[r], mag = std::fabs(bias[r]);
+      for (std::size_t c = 0; c < k; ++c) {
+        ref += static_cast<double>(x[i * k + c]) * w[r * k + c];
+        mag += std::fabs(static_cast<double>(x[i * k + c]) * w[r * k + c]);
+      }
+      REQUIRE(std::fabs(y[i * n + r] - ref) <= (static_cast<double>(k) / 16 + 8) * u * mag);
+    }
+  }
+  // The same bits for any m and thread count.
+  auto pool = ThreadPool::create(3);
+  REQUIRE(pool);
+  for (std::size_t m : {std::size_t{1}, std::size_t{3}, m_max}) {
+    std::vector<float> y2(m * n);
+    REQUIRE(edgellm::model::dense_matmul(d, std::span(x).first(m * k), m, y2, bias, pool->get()));
+    REQUIRE(std::equal(y2.begin(), y2.end(), y.begin()));
+  }
+  // Argument errors.
+  CHECK_FALSE(edgellm::model::dense_matmul(d, std::span(x).first(k - 1), 1, y, bias, nullptr));
+  CHECK_FALSE(edgellm::model::dense_matmul(d, x, 1, y, std::span(bias).first(n - 1), nullptr));
+}
+
+TEST_CASE("load_weights: every fixture, int4 and fp32 reference", "[model]") {
+  for (const auto& f : edgellm::test::kFixtures) {
+    const std::string dir = model_fixture(f.name);
+    INFO(dir);
+    for (bool reference : {false, true}) {
+      LoadOptions opts;
+      opts.fp32_reference = reference;
+      auto w = load_weights(dir, opts);
+      INFO((w ? std::string() : w.error().message));
+      REQUIRE(w);
+      const auto& c = (*w)->config;
+      REQUIRE((*w)->layers.size() == c.num_hidden_layers);
+      CHECK((*w)->embed_tokens.n() == c.vocab_size);
+      CHECK((*w)->embed_tokens.k() == c.hidden_size);
+      CHECK((*w)->norm.size() == c.hidden_size);
+      // lm_head stays as stored (fp16 or bf16 view), tied or not.
+      CHECK_FALSE((*w)->lm_head.quantized());
+      CHECK((*w)->lm_head.dense.owned_bytes() == 0);
+      CHECK((*w)->lm_head.dense.type() == (*w)->embed_tokens.type());
+      for (const auto& L : (*w)->layers) {
+        for (const auto* lin :
+             {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+          CHECK(lin->quantized() == !reference);
+          if (!reference) {
+            CHECK(lin->q4.group_size() == (c.awq ? c.awq->group_size : (*w)->rtn_group_size));
+          } else {
+            CHECK(lin->dense.type() == DenseType::f32);
+          }
+        }
+        CHECK(L.q_proj.n() == c.num_attention_heads * c.head_dim);
+        CHECK(L.k_proj.n() == c.num_key_value_heads * c.head_dim);
+        CHECK(L.down_proj.k() == c.intermediate_size);
+        CHECK(L.q_proj.bias.size() == (c.attention_qkv_bias ? L.q_proj.n() : 0));
+        CHECK(L.v_proj.bias.size() == (c.attention_qkv_bias ? L.v_proj.n() : 0));
+        CHECK(L.o_proj.bias.empty());
+      }
+      // Converted tensors' mapped pages were handed back (every fixture has page-sized ones).
+      CHECK((*w)->released_source_bytes > 0);
+      CHECK((*w)->owned_bytes() > 0);
+    }
+  }
+}
+
+TEST_CASE("load_weights: group sizes, lm_head q4, keeping source pages", "[model]") {
+  {
+    auto w = load_weights(model_fixture("llama-fp16"));  // hidden 64, intermediate 192
+    REQUIRE(w);
+    CHECK((*w)->rtn_group_size == 64);
+    CHECK((*w)->layers[0].q_proj.q4.group_size() == 64);
+  }
+  {
+    auto w = load_weights(model_fixture("qwen2-fp16"));  // hidden 96: only 32 divides
+    REQUIRE(w);
+    CHECK((*w)->rtn_group_size == 32);
+    CHECK((*w)->config.tie_word_embeddings);
+  }
+  {
+    LoadOptions o;
+    o.rtn_group_size = 32;
+    auto w = load_weights(model_fixture("llama-fp16"), o);
+    REQUIRE(w);
+    CHECK((*w)->layers[1].down_proj.q4.group_size() == 32);
+  }
+  {
+    LoadOptions o;
+    o.lm_head = LmHeadFormat::q4;
+    for (const char* name : {"llama-fp16", "qwen2-awq-gemm"}) {
+      auto w = load_weights(model_fixture(name), o);
+      REQUIRE(w);
+      REQUIRE((*w)->lm_head.quantized());
+      CHECK((*w)->lm_head.q4.n() == (*w)->config.vocab_size);
+      CHECK((*w)->lm_head.q4.group_size() == ((*w)->config.hidden_size % 64 == 0 ? 64 : 32));
+    }
+  }
+  {
+    LoadOptions o;
+    o.release_source_pages = false;
+    auto w = load_weights(model_fixture("llama-awq-gemm"), o);
+    REQUIRE(w);
+    CHECK((*w)->released_source_bytes == 0);
+  }
+  {
+    LoadOptions o;
+    o.rtn_group_size = 128;  // does not divide hidden_size 64
+    auto e = load_error(model_fixture("llama-fp16"), o);
+    CHECK(e.code == errc::invalid_argument);
+    CHECK_THAT(e.message, Contains("rtn_group_size: 128 does not divide hidden_size = 64"));
+    o.rtn_group_size = 48;
+    CHECK(load_error(model_fixture("llama-fp16"), o).code == errc::invalid_argument);
+  }
+}
+
+TEST_CASE("load_weights releases the mapped pages of converted tensors", "[model]") {
+  // Resident memory of the file mappings after loading, with and without releasing: the
+  // difference is the released bytes (pages that stayed mapped after conversion otherwise).
+  for (const char* name : {"qwen2-fp16", "llama-fp16"}) {
+    const std::string dir = std::filesystem::canonical(model_fixture(name)).string();
+    long rss[2] = {0, 0};
+    std::size_t released = 0;
+    for (int release = 0; release < 2; ++release) {
+      LoadOptions o;
+      o.release_source_pages = release == 1;
+      auto w = load_weights(dir, o);
+      REQUIRE(w);
+      rss[release] = mapped_rss_kb(dir);
+      if (release) released = (*w)->released_source_bytes;
+    }
+    if (rss[0] < 0) {
+      WARN("/proc/self/smaps is not readable: resident memory not checked");
+      return;
+    }
+    INFO(name << ": resident " << rss[0] << " kB kept, " << rss[1] << " kB released, " << released
+              << " bytes released");
+    REQUIRE(released > 0);
+    CHECK(rss[0] - rss[1] >= static_cast<long>(released / 1024 / 2));
+  }
+}
+
+TEST_CASE("load_weights: shared weights outlive the loader's views", "[model]") {
+  auto w = load_weights(model_fixture("qwen2-fp16"));
+  REQUIRE(w);
+  std::shared_ptr<const edgellm::model::TransformerWeights> keep = *w;
+  w = load_error(model_fixture("no-such-fixture"));  // drop the result's reference
+  std::vector<float> row(keep->embed_tokens.k());
+  keep->embed_tokens.row(299, row.data());
+  for (float v : row) REQUIRE(std::isfinite(v));
+}
+
+TEST_CASE("load_weights errors name the file and tensor", "[model]") {
+  TempDir tmp;
+
+  SECTION("missing directory") {
+    auto e = load_error(tmp.file("nothing"));
+    CHECK(e.code == errc::io_error);
+    CHECK_THAT(e.message, Contains("nothing/config.json"));
+  }
+  SECTION("missing tensor") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    const std::string t = "model.layers.1.mlp.down_proj.weight";
+    edit_tensor_header(dir + "/model.safetensors", t, "\"" + t + "\"",
+                       "\"model.layers.1.mlp.down_proj.weighX\"");
+    auto e = load_error(dir);
+    CHECK_THAT(e.message, Contains("missing tensor 'model.layers.1.mlp.down_proj.weight'"));
+    CHECK_THAT(e.message, Contains(dir));
+    CHECK_THAT(e.message, Contains("[hidden_size, intermediate_size]"));
+  }
+  SECTION("missing lm_head of an untied model") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    edit_tensor_header(dir + "/model.safetensors", "lm_head.weight", "\"lm_head.weight\"",
+                       "\"lm_head.weighX\"");
+    CHECK_THAT(load_error(dir).message, Contains("missing tensor 'lm_head.weight'"));
+  }
+  SECTION("wrong shape in the file") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    const std::string t = "model.layers.1.mlp.down_proj.weight";
+    edit_tensor_header(dir + "/model.safetensors", t, "[64,192]", "[192,64]");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::shape_mismatch);
+    CHECK(e.message == "[load_weights] " + dir + "/model.safetensors: " + t +
+                           ": shape [192, 64] but config says [64, 192] (" +
+                           "[hidden_size, intermediate_size])");
+  }
+  SECTION("config disagrees with the tensors") {
+    const std::string dir = copy_fixture("qwen2-fp16", tmp);
+    replace_in_file(dir + "/config.json", "\"intermediate_size\": 192",
+                    "\"intermediate_size\": 160");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::shape_mismatch);
+    CHECK_THAT(e.message, Contains("model.layers.0.mlp.gate_proj.weight: shape [192, 96] but "
+                                   "config says [160, 96]"));
+    CHECK_THAT(e.message, Contains("model-0000"));  // the shard holding it
+  }
+  SECTION("wrong shape of an AWQ tensor") {
+    const std::string dir = copy_fixture("llama-awq-gemm", tmp);
+    const std::string t = "model.layers.0.self_attn.o_proj.qzeros";
+    edit_tensor_header(dir + "/model.safetensors", t, "[1,8]", "[8,1]");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::shape_mismatch);
+    CHECK_THAT(e.message, Contains(t + ": shape [8, 1] but config says [1, 8] ([K/G, N/8]; N = "
+                                       "hidden_size = 64, K = num_attention_heads * head_dim = 64, "
+                                       "G = group_size = 64, AWQ gemm)"));
+  }
+  SECTION("a known dtype the model cannot use") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    const std::string t = "model.layers.0.input_layernorm.weight";
+    edit_tensor_header(dir + "/model.safetensors", t, "\"F16\"", "\"I16\"");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::unsupported);
+    CHECK(e.message == "[load_weights] " + dir + "/model.safetensors: " + t +
+                           ": dtype I16, expected F16 or BF16 or F32");
+  }
+  SECTION("AWQ scales must be F16") {
+    const std::string dir = copy_fixture("qwen2-awq-gemm", tmp);
+    const std::string t = "model.layers.1.mlp.up_proj.scales";
+    edit_tensor_header(dir + "/model.safetensors", t, "\"F16\"", "\"I16\"");
+    CHECK_THAT(load_error(dir).message, Contains(t + ": dtype I16, expected F16"));
+  }
+  SECTION("unknown dtype") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    const std::string t = "model.layers.0.self_attn.k_proj.weight";
+    edit_tensor_header(dir + "/model.safetensors", t, "\"F16\"", "\"Q16\"");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::unsupported);
+    CHECK_THAT(e.message, Contains("model.safetensors"));
+    CHECK_THAT(e.message, Contains(t));
+    CHECK_THAT(e.message, Contains("unknown dtype \"Q16\""));
+  }
+  SECTION("unsupported model_type") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    replace_in_file(dir + "/config.json", "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::unsupported);
+    CHECK_THAT(e.message, Contains("config.json"));
+    CHECK_THAT(e.message, Contains("\"gpt2\" is not supported"));
+  }
+  SECTION("unsupported AWQ version") {
+    const std::string dir = copy_fixture("llama-awq-gemm", tmp);
+    replace_in_file(dir + "/config.json", "\"version\": \"gemm\"", "\"version\": \"gemv_fast\"");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::unsupported);
+    CHECK_THAT(e.message, Contains("quantization_config.version"));
+    CHECK_THAT(e.message, Contains("gemv_fast"));
+  }
+  SECTION("AWQ group size the kernels do not have") {
+    const std::string dir = copy_fixture("llama-awq-gemm", tmp);
+    replace_in_file(dir + "/config.json", "\"group_size\": 64", "\"group_size\": 16");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::unsupported);
+    CHECK_THAT(e.message, Contains("quantization_config.group_size 16 is not supported by the "
+                                   "int4 kernels"));
+  }
+  SECTION("AWQ group size that does not divide K") {
+    const std::string dir = copy_fixture("llama-awq-gemm", tmp);
+    replace_in_file(dir + "/config.json", "\"group_size\": 64", "\"group_size\": 128");
+    CHECK_THAT(load_error(dir).message,
+               Contains("model.layers.0.self_attn.q_proj: K = hidden_size = 64 is not a multiple "
+                        "of group_size 128"));
+  }
+  SECTION("AWQ tensors where the config says unquantised") {
+    const std::string dir = copy_fixture("llama-awq-gemm", tmp);
+    replace_in_file(dir + "/config.json", "\"modules_to_not_convert\": null",
+                    "\"modules_to_not_convert\": [\"o_proj\"]");
+    CHECK_THAT(load_error(dir).message,
+               Contains("missing tensor 'model.layers.0.self_attn.o_proj.weight'"));
+  }
+  SECTION("a shard named by the index is missing") {
+    const std::string dir = copy_fixture("qwen2-fp16", tmp);
+    std::filesystem::remove(dir + "/model-00002-of-00003.safetensors");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::io_error);
+    CHECK_THAT(e.message, Contains("model-00002-of-00003.safetensors"));
+  }
+}

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
+// shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
+#include "edgellm/model/transformer.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: edgellm-logits --model DIR --ids 1,2,3 --out FILE.json [options]\n"
+    "\n"
+    "Runs the checkpoint in DIR (HF Llama / Qwen2 / Mistral: fp16/bf16/fp32, or AutoAWQ "
+    "gemm/gemv)\n"
+    "on the token ids at positions 0.. and writes\n"
+    "  {\"ids\": [...], \"vocab_size\": V, \"mode\": \"...\", \"logits\": [[V floats], ...]}\n"
+    "(one row: the last position; with --all-positions one row per id), the layout of\n"
+    "tools/reference_forward.py. FILE.json may be '-' for stdout.\n"
+    "\n"
+    "options:\n"
+    "  --all-positions   logits of every position, not only the last\n"
+    "  --fp32-reference  dense fp32 weights and math (AWQ weights dequantised as AutoAWQ does)\n"
+    "  --exact           int4 matmuls on the exact path (default: the fast W4A8 path)\n"
+    "  --threads N       threads for matmuls and attention (default 1)\n"
+    "  -h, --help        this text\n";
+
+struct Args {
+  std::string model, out;
+  std::vector<std::int32_t> ids;
+  bool all_positions = false, fp32_reference = false, exact = false;
+  std::size_t threads = 1;
+};
+
+// Parses argv; on error prints the reason and returns false (exit code 2).
+bool parse_args(int argc, char** argv, Args& a, bool& help) {
+  const auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "edgellm-logits: %s\n(--help for usage)\n", msg.c_str());
+    return false;
+  };
+  bool have_ids = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const auto value = [&](std::string& out) {
+      if (i + 1 >= argc) return false;
+      out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "-h" || arg == "--help") {
+      help = true;
+      return true;
+    } else if (arg == "--all-positions") {
+      a.all_positions = true;
+    } else if (arg == "--fp32-reference") {
+      a.fp32_reference = true;
+    } else if (arg == "--exact") {
+      a.exact = true;
+    } else if (arg == "--model") {
+      if (!value(a.model)) return fail("--model: missing DIR");
+    } else if (arg == "--out") {
+      if (!value(a.out)) return fail("--out: missing FILE");
+    } else if (arg == "--threads") {
+      if (!value(v)) return fail("--threads: missing N");
+      unsigned long n = 0;
+      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || p != v.data() + v.size() || n == 0 || n > 1024) {
+        return fail("--threads: '" + v + "' is not an integer in [1, 1024]");
+      }
+      a.threads = n;
+    } else if (arg == "--ids") {
+      if (!value(v)) return fail("--ids: missing a comma-separated list of token ids");
+      have_ids = true;
+      std::size_t pos = 0;
+      while (pos <= v.size()) {
+        const std::size_t comma = std::min(v.find(',', pos), v.size());
+        const std::string item = v.substr(pos, comma - pos);
+        std::int32_t id = 0;
+        const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+        if (item.empty() || ec != std::errc() || p != item.data() + item.size()) {
+          return fail("--ids: '" + item + "' (item " + std::to_string(a.ids.size() + 1) +
+                      ") is not a token id");
+        }
+        a.ids.push_back(id);
+        pos = comma + 1;
+      }
+    } else {
+      return fail("unknown argument '" + std::string(arg) + "'");
+    }
+  }
+  if (a.model.empty()) return fail("--model DIR is required");
+  if (!have_ids) return fail("--ids is required");
+  if (a.out.empty()) return fail("--out FILE.json is required");
+  if (a.fp32_reference && a.exact) {
+    return fail("--exact selects the int4 path; it cannot be combined with --fp32-reference");
+  }
+  return true;
+}
+
+// The JSON text of the result. Non-finite logits (not valid JSON numbers) become null.
+std::string to_json(const Args& a, std::size_t vocab, const char* mode,
+                    const std::vector<float>& logits, std::size_t rows, std::size_t& non_finite) {
+  std::string out = "{\"ids\": [";
+  for (std::size_t i = 0; i < a.ids.size(); ++i)
+    out += fmt::format("{}{}", i ? ", " : "", a.ids[i]);
+  out += fmt::format("], \"vocab_size\": {}, \"mode\": \"{}\", \"logits\": [", vocab, mode);
+  for (std::size_t r = 0; r < rows; ++r) {
+    out += r ? ",\n[" : "\n[";
+    for (std::size_t v = 0; v < vocab; ++v) {
+      const float x = logits[r * vocab + v];
+      if (v) out += ", ";
+      if (std::isfinite(x)) {
+        out += fmt::format("{}", x);  // shortest text that reads back as the same float
+      } else {
+        out += "null";
+        ++non_finite;
+      }
+    }
+    out += ']';
+  }
+  out += "]}\n";
+  return out;
+}
+
+int run(const Args& a) {
+  const auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "edgellm-logits: %s\n", msg.c_str());
+    return 1;
+  };
+  std::unique_ptr<edgellm::ThreadPool> pool;
+  if (a.threads > 1) {
+    auto p = edgellm::ThreadPool::create(a.threads);
+    if (!p) return fail(p.error().message);
+    pool = std::move(*p);
+  }
+  edgellm::model::LoadOptions lo;
+  lo.fp32_reference = a.fp32_reference;
+  auto w = edgellm::model::load_weights(a.model, lo);
+  if (!w) return fail(w.error().message);
+
+  edgellm::model::TransformerOptions to;
+  to.pool = pool.get();
+  to.path = a.exact ? edgellm::kernels::MatmulPath::exact : edgellm::kernels::MatmulPath::fast;
+  // Exactly the cache the prompt needs (a default-sized cache could be gigabytes). Prompts
+  // longer than max_position_embeddings run (RoPE is defined there, merely untrained); a Mistral
+  // prompt longer than its sliding window is refused by create().
+  to.context_size = a.ids.empty() ? 1 : a.ids.size();
+  auto t = edgellm::model::Transformer<>::create(*w, to);
+  if (!t) return fail(t.error().message);
+
+  const std::size_t vocab = t->vocab_size();
+  const auto mode =
+      a.all_positions ? edgellm::decode::LogitsMode::all : edgellm::decode::LogitsMode::last;
+  const std::size_t rows = a.all_positions ? a.ids.size() : 1;
+  std::vector<float> logits(rows * vocab);
+  if (auto st = t->forward(a.ids, mode, logits); !st) return fail("--ids: " + st.error().message);
+
+  const char* mode_name = a.fp32_reference ? "fp32-reference"
+                          : a.exact        ? "int4-exact"
+                                           : "int4-fast";
+  std::size_t non_finite = 0;
+  const std::string text = to_json(a, vocab, mode_name, logits, rows, non_finite);
+  if (non_finite) {
+    std::fprintf(stderr, "edgellm-logits: warning: %zu non-finite logits written as null\n",
+                 non_finite);
+  }
+  std::FILE* f = a.out == "-" ? stdout : std::fopen(a.out.c_str(), "wb");
+  if (f == nullptr) {
+    return fail("--out: cannot open '" + a.out + "' for writing: " + std::strerror(errno));
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool closed = f == stdout ? std::fflush(f) == 0 : std::fclose(f) == 0;
+  if (!ok || !closed) return fail("--out: write to '" + a.out + "' failed");
+  if (a.out != "-") {
+    std::fprintf(stderr, "wrote %s (%zu row(s) of %zu logits, %s)\n", a.out.c_str(), rows, vocab,
+                 mode_name);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  bool help = false;
+  if (!parse_args(argc, argv, a, help)) return 2;
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  return run(a);
+}
