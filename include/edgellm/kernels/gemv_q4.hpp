@@ -8,7 +8,14 @@
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 #include "edgellm/config.hpp"
+#include "edgellm/detail/cpu_features.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 
@@ -20,6 +27,48 @@
 #endif
 
 namespace edgellm::kernels {
+
+namespace detail {
+
+#if EDGELLM_X86_MICROKERNELS
+/// F16C/AVX2 conversion of a tile header; compiled for those instructions by attribute (not by
+/// the host's flags, so it is the same function in every TU) and called only after CPUID said so.
+__attribute__((target("avx2,f16c"))) inline void tile_header_to_f32_f16c(
+    const std::uint16_t* scale, const std::uint8_t* zero, float zero_bias, float* sf,
+    float* zf) noexcept {
+  const __m256 bias = _mm256_set1_ps(zero_bias);
+  for (int h = 0; h < 2; ++h) {
+    _mm256_store_ps(sf + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(
+                                    reinterpret_cast<const __m128i*>(scale + 8 * h))));
+    const __m128i z8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + 8 * h));
+    _mm256_store_ps(zf + 8 * h, _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z8)), bias));
+  }
+}
+#endif
+
+/// The 16 fp16 scales and zero points of a tile header as fp32: sf[r] = scale[r],
+/// zf[r] = zero[r] + zero_bias (exact). Vector conversion where the CPU has it (F16C, or
+/// AArch64's FCVTL), else the portable scalar converter; same values either way.
+inline void tile_header_to_f32(const std::uint16_t* scale, const std::uint8_t* zero,
+                               float zero_bias, float* sf, float* zf) noexcept {
+#if EDGELLM_X86_MICROKERNELS
+  if (edgellm::detail::cpu_features().avx2) {
+    tile_header_to_f32_f16c(scale, zero, zero_bias, sf, zf);
+    return;
+  }
+#elif defined(__aarch64__)
+  for (int b = 0; b < 4; ++b)
+    vst1q_f32(sf + 4 * b, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(scale + 4 * b))));
+#endif
+  for (std::size_t r = 0; r < 16; ++r) {
+#if !defined(__aarch64__) || EDGELLM_X86_MICROKERNELS
+    sf[r] = f16_to_f32(scale[r]);
+#endif
+    zf[r] = zero_bias + static_cast<float>(zero[r]);
+  }
+}
+
+}  // namespace detail
 
 /// Numerics of the exact path. Per group g of G inputs and per row r it forms
 ///     a_g = sum_{k in g} (q[r][k] - z[r][g]) * x[k]        in fp32 ((q - z) is exact)
@@ -52,10 +101,7 @@ void gemv_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x,
       // zf holds 2^23 + z: OR-ing a code into the mantissa of 2^23 gives 2^23 + q exactly, so
       // one subtraction yields q - z without an int -> float conversion.
       alignas(64) float zf[16], sf[16];
-      for (std::size_t r = 0; r < 16; ++r) {
-        zf[r] = 8388608.0f + static_cast<float>(tile->zero[r]);
-        sf[r] = f16_to_f32(tile->scale[r]);
-      }
+      detail::tile_header_to_f32(tile->scale, tile->zero, 8388608.0f, sf, zf);
       fbatch zb[NB], acc[NB][NACC];
       for (std::size_t b = 0; b < NB; ++b) {
         zb[b] = fbatch::load_aligned(zf + b * W);
