@@ -4,6 +4,7 @@
 #pragma once
 
 #include "edgellm/detail/unicode_tables.hpp"
+#include "edgellm/detail/utf8.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -127,24 +128,7 @@ inline std::vector<char32_t> decode_utf8(std::string_view s) {
   return out;
 }
 
-/// Appends the UTF-8 encoding of a Unicode scalar value.
-inline void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+using edgellm::detail::append_utf8;  // detail/utf8.hpp
 
 inline std::string encode_utf8(const std::vector<char32_t>& cps) {
   std::string out;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "edgellm/config.hpp"
+#include "edgellm/detail/utf8.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -537,24 +538,6 @@ class Parser {
     return true;
   }
 
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   /// Length of the well-formed UTF-8 sequence (RFC 3629 §4: no overlongs, no surrogates, nothing
   /// above U+10FFFF) starting at `at` with a lead byte >= 0x80, or 0 when it is malformed.
   std::size_t utf8_sequence_length(std::size_t at) const noexcept {
@@ -677,7 +660,7 @@ class Parser {
       }
       cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
     }
-    append_utf8(out, cp);
+    edgellm::detail::append_utf8(out, static_cast<char32_t>(cp));
     return true;
   }
 
