@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -17,35 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A fresh directory under the system temp dir, removed with its contents on destruction.
-/// The name mixes the pid, a counter and a random number so parallel test processes never clash.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    std::random_device rd;
-    path_ =
-        fs::temp_directory_path() / ("edgellm-mapped-file-test-" + std::to_string(::getpid()) +
-                                     "-" + std::to_string(counter++) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const fs::path p = path_ / name;
-    std::ofstream f(p, std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return p.string();
-  }
-
- private:
-  fs::path path_;
-};
+using edgellm::test::TempDir;
 
 using Catch::Matchers::Contains;
 

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -21,34 +23,7 @@ using Catch::Matchers::Contains;
 using edgellm::errc;
 using edgellm::io::dtype;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    std::random_device rd;
-    path_ =
-        fs::temp_directory_path() / ("edgellm-safetensors-test-" + std::to_string(::getpid()) +
-                                     "-" + std::to_string(counter++) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const fs::path p = path_ / name;
-    std::ofstream f(p, std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return p.string();
-  }
-
- private:
-  fs::path path_;
-};
+using edgellm::test::TempDir;
 
 std::string le64(std::uint64_t n) {
   std::string s(8, '\0');

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -27,31 +29,7 @@ using edgellm::model::ModelConfig;
 using edgellm::model::ModelType;
 using edgellm::model::RopeScalingType;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("edgellm-config-test-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter++) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream f(path_ / name, std::ios::binary);
-    f << text;
-  }
-
- private:
-  fs::path path_;
-};
+using edgellm::test::TempDir;
 
 // Configs as published on the hub (trimmed of keys edgellm ignores only where noted).
 const char* kLlama2 = R"({

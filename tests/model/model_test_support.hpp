@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -90,29 +92,7 @@ inline std::int32_t argmax(const float* v, std::size_t n) {
   return static_cast<std::int32_t>(std::max_element(v, v + n) - v);
 }
 
-/// A fresh directory under the system temp dir, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("edgellm-model-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
-             "-" + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using edgellm::test::TempDir;
 
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
