@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       case_name = "qwen2-7b-28x7";
     }
     std::vector<Q4Matrix> mats;
-    std::size_t bytes = 0, flops = 0, rows = 0, kmax = 0;
+    std::size_t bytes = 0, flops = 0, rows = 0, kmax = 0, nmax = 0;
     bench::note("[gemv] allocating {} matrices...", layers * shapes.size());
     for (std::size_t l = 0; l < layers; ++l) {
       for (const Shape& s : shapes) {
@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
         flops += 2 * s.n * s.k;
         rows += s.n;
         kmax = std::max(kmax, s.k);
+        nmax = std::max(nmax, s.n);
         mats.push_back(std::move(*m));
       }
     }
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
       for (auto& m : mats) locked = bench::lock_memory(m.data(), m.byte_size(), "weights") && locked;
     const std::string weights = locked ? "mlocked" : "resident";
     bench::note("[gemv] {:.2f} GB of packed weights ({})", static_cast<double>(bytes) / 1e9, weights);
-    std::vector<float> x(kmax), y(kmax * 8);
+    std::vector<float> x(kmax), y(nmax);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = nd(rng);
