@@ -74,6 +74,21 @@ TEMPLATE_LIST_TEST_CASE("gemv exact path with extreme values", "[kernels][gemv]"
   check_gemv<TestType>(w, x, true, rng, 3);
 }
 
+TEMPLATE_LIST_TEST_CASE("gemv exact path over inputs longer than one 4096-input chunk",
+                        "[kernels][gemv]", test::TestArchs) {
+  // The exact GEMV parks running sums between 4096-input chunks (in y, or in a local array for
+  // a partial last tile): cover 2 and 3 chunks, full and partial tiles, every group size.
+  auto rng = test::make_rng(27);
+  for (std::size_t G : {32, 64, 128}) {
+    for (std::size_t n : {std::size_t{37}, std::size_t{48}}) {
+      const std::size_t k = G == 64 ? 8192 + 64 * 5 : 4096 + G * 3;
+      auto w = test::random_q4(rng, n, k, G);
+      auto x = test::random_floats(rng, k);
+      check_gemv<TestType>(w, x, n == 37, rng, 2);
+    }
+  }
+}
+
 TEST_CASE("gemv propagates NaN and Inf from x", "[kernels][gemv]") {
   auto rng = test::make_rng(23);
   auto w = test::random_q4(rng, 20, 256, 128);
