@@ -92,23 +92,11 @@ void gemv_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x,
   constexpr std::size_t NACC = NB >= 8 ? 1 : 8 / NB;  // interleaved accumulators per batch
   const std::size_t ng = w.n_groups(), n = w.n();
   const ibatch mask(0xF), magic(0x4B000000);  // bits of 2^23
-  // Inputs are taken in chunks of 4096 (16 KiB of x, resident in L1 while every tile row of the
-  // range streams past it); running sums are parked in y between chunks, so the fma chain per
-  // row and the result are exactly those of a single pass. A partial last tile parks its 16
-  // sums in `tail`, as y has no room for its padding rows.
-  constexpr std::size_t KCG = G >= 4096 ? 1 : 4096 / G;  // groups per chunk
-  alignas(64) float tail[16] = {};
 
-  for (std::size_t g0 = 0; g0 < ng; g0 += KCG) {
-  const std::size_t g1 = ng - g0 < KCG ? ng : g0 + KCG;
   for (std::size_t t = t_begin; t < t_end; ++t) {
-    const std::size_t row0 = t * 16;
-    const std::size_t rows = n - row0 < 16 ? n - row0 : 16;
-    float* park = rows == 16 ? y + row0 : tail;
     fbatch yacc[NB];
-    for (std::size_t b = 0; b < NB; ++b)
-      yacc[b] = g0 == 0 ? fbatch(0.0f) : fbatch::load_unaligned(park + b * W);
-    for (std::size_t g = g0; g < g1; ++g) {
+    for (std::size_t b = 0; b < NB; ++b) yacc[b] = fbatch(0.0f);
+    for (std::size_t g = 0; g < ng; ++g) {
       const Q4Tile<G>* tile = w.tile<G>(t, g);
       // zf holds 2^23 + z: OR-ing a code into the mantissa of 2^23 gives 2^23 + q exactly, so
       // one subtraction yields q - z without an int -> float conversion.
@@ -138,14 +126,11 @@ void gemv_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x,
         yacc[b] = xsimd::fma(s, fbatch::load_aligned(sf + b * W), yacc[b]);
       }
     }
-    if (g1 < ng) {  // more chunks to come: park the running sums
-      for (std::size_t b = 0; b < NB; ++b) yacc[b].store_unaligned(park + b * W);
-      continue;
-    }
+    const std::size_t row0 = t * 16;
     alignas(64) float out[16];
     for (std::size_t b = 0; b < NB; ++b) yacc[b].store_aligned(out + b * W);
+    const std::size_t rows = n - row0 < 16 ? n - row0 : 16;
     for (std::size_t r = 0; r < rows; ++r) y[row0 + r] = out[r] + (bias ? bias[row0 + r] : 0.0f);
-  }
   }
 }
 
