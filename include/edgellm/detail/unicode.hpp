@@ -20,34 +20,7 @@ namespace edgellm::detail::unicode {
 /// U+FFFD REPLACEMENT CHARACTER in UTF-8.
 inline constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";
 
-/// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no
-/// surrogates, nothing above U+10FFFF), or 0 when the bytes there are not one.
-/// Precondition: i < s.size().
-inline std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const auto cont = [](unsigned char c) { return c >= 0x80 && c <= 0xBF; };
-  const std::size_t avail = s.size() - i;
-  const unsigned char c0 = b(0);
-  if (c0 < 0x80) return 1;
-  if (c0 >= 0xC2 && c0 <= 0xDF) return avail >= 2 && cont(b(1)) ? 2 : 0;
-  if (c0 >= 0xE0 && c0 <= 0xEF) {
-    if (avail < 3) return 0;
-    const unsigned char c1 = b(1);
-    const bool ok1 = c0 == 0xE0   ? (c1 >= 0xA0 && c1 <= 0xBF)
-                     : c0 == 0xED ? (c1 >= 0x80 && c1 <= 0x9F)  // U+D800..DFFF
-                                  : cont(c1);
-    return ok1 && cont(b(2)) ? 3 : 0;
-  }
-  if (c0 >= 0xF0 && c0 <= 0xF4) {
-    if (avail < 4) return 0;
-    const unsigned char c1 = b(1);
-    const bool ok1 = c0 == 0xF0   ? (c1 >= 0x90 && c1 <= 0xBF)
-                     : c0 == 0xF4 ? (c1 >= 0x80 && c1 <= 0x8F)  // cap at U+10FFFF
-                                  : cont(c1);
-    return ok1 && cont(b(2)) && cont(b(3)) ? 4 : 0;
-  }
-  return 0;
-}
+using edgellm::detail::utf8_sequence_length;  // detail/utf8.hpp
 
 /// Byte offset of the first byte that does not start a well-formed UTF-8 sequence, or npos
 /// when all of `s` is valid UTF-8.

@@ -538,31 +538,9 @@ class Parser {
     return true;
   }
 
-  /// Length of the well-formed UTF-8 sequence (RFC 3629 §4: no overlongs, no surrogates, nothing
-  /// above U+10FFFF) starting at `at` with a lead byte >= 0x80, or 0 when it is malformed.
+  /// Length of the well-formed UTF-8 sequence starting at `at`, or 0 when it is malformed.
   std::size_t utf8_sequence_length(std::size_t at) const noexcept {
-    const std::size_t avail = text_.size() - at;
-    const auto b = [this, at](std::size_t i) { return static_cast<unsigned char>(text_[at + i]); };
-    const auto cont = [](unsigned char c) { return c >= 0x80 && c <= 0xBF; };
-    const unsigned char c0 = b(0);
-    if (c0 >= 0xC2 && c0 <= 0xDF) return avail >= 2 && cont(b(1)) ? 2 : 0;
-    if (c0 >= 0xE0 && c0 <= 0xEF) {
-      if (avail < 3) return 0;
-      const unsigned char c1 = b(1);
-      const bool ok1 = c0 == 0xE0   ? (c1 >= 0xA0 && c1 <= 0xBF)
-                       : c0 == 0xED ? (c1 >= 0x80 && c1 <= 0x9F)  // U+D800..DFFF are not scalars
-                                    : cont(c1);
-      return ok1 && cont(b(2)) ? 3 : 0;
-    }
-    if (c0 >= 0xF0 && c0 <= 0xF4) {
-      if (avail < 4) return 0;
-      const unsigned char c1 = b(1);
-      const bool ok1 = c0 == 0xF0   ? (c1 >= 0x90 && c1 <= 0xBF)
-                       : c0 == 0xF4 ? (c1 >= 0x80 && c1 <= 0x8F)  // cap at U+10FFFF
-                                    : cont(c1);
-      return ok1 && cont(b(2)) && cont(b(3)) ? 4 : 0;
-    }
-    return 0;
+    return edgellm::detail::utf8_sequence_length(text_, at);
   }
 
   /// Parses the string whose opening quote is at pos_, appending its UTF-8 content to `out`.
