@@ -136,20 +136,31 @@ class MappedFile {
 
 #if EDGELLM_IO_POSIX
 
-inline result<MappedFile> MappedFile::open(const std::string& path) {
-  constexpr std::string_view where = "MappedFile::open";
+namespace detail {
+/// open(O_RDONLY | O_CLOEXEC), retried on EINTR, then fstat into `st`; the descriptor on
+/// success (the caller closes it), an io_error naming the path and errno text otherwise.
+inline result<int> open_read_only(const std::string& path, std::string_view where,
+                                  struct stat& st) {
   int fd = -1;
   do {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return detail::io_error(where, path, "cannot open for reading", errno);
-
-  struct stat st {};
+  if (fd < 0) return io_error(where, path, "cannot open for reading", errno);
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return detail::io_error(where, path, "cannot stat", err);
+    return io_error(where, path, "cannot stat", err);
   }
+  return fd;
+}
+}  // namespace detail
+
+inline result<MappedFile> MappedFile::open(const std::string& path) {
+  constexpr std::string_view where = "MappedFile::open";
+  struct stat st {};
+  auto opened = detail::open_read_only(path, where, st);
+  if (!opened) return opened.error();
+  const int fd = *opened;
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
     return make_error(
@@ -256,18 +267,10 @@ inline status MappedFile::advise(Advice advice, std::size_t offset, std::size_t 
 inline result<std::string> read_text_file(const std::string& path,
                                           std::size_t max_bytes = std::size_t{1} << 30) {
   constexpr std::string_view where = "read_text_file";
-  int fd = -1;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return detail::io_error(where, path, "cannot open for reading", errno);
-
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return detail::io_error(where, path, "cannot stat", err);
-  }
+  auto opened = detail::open_read_only(path, where, st);
+  if (!opened) return opened.error();
+  const int fd = *opened;
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     return make_error(errc::io_error, where, "'" + path + "': is a directory, not a file");
