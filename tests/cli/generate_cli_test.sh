@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# edgellm-generate end to end: the default run on the bundled model, reproducibility, and bad
+# input (each a clear message and a non-zero exit, never a crash).
+#   generate_cli_test.sh BIN SOURCE_DIR
+set -uo pipefail
+bin=$1
+src=$2
+model="$src/models/kjv-draft-awq"  # the smallest bundled model keeps this fast
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect NAME WANT_RC PATTERN -- ARGS...: runs BIN ARGS, checks the exit code (any non-zero for
+# "nz") and that stderr+stdout match PATTERN (grep -E).
+expect() {
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$bin" "$@" 2>&1 </dev/null)
+  rc=$?
+  local ok=1
+  if [ "$want" = nz ]; then
+    { [ $rc -ne 0 ] && [ $rc -lt 128 ]; } || ok=0
+  else
+    [ $rc -eq "$want" ] || ok=0
+  fi
+  printf '%s\n' "$out" | grep -Eq -- "$pattern" || ok=0
+  if [ $ok = 1 ]; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name (exit $rc, wanted $want and /$pattern/):"
+    printf '%s\n' "$out" | head -20 | sed 's/^/     /'
+    failures=$((failures + 1))
+  fi
+}
+
+expect "help" 0 "--kv-type" -- --help
+expect "default bundled model" 0 "tok/s" -- -n 24 --seed 3
+expect "fp16 checkpoint, greedy" 0 "generated" -- --model "$src/models/kjv-target-fp16" --greedy -n 8
+expect "missing model dir" 1 "not a directory" -- --model "$tmp/nope"
+expect "-n 0" nz "must be > 0" -- --model "$model" -n 0
+expect "empty prompt" 1 "empty" -- --model "$model" --prompt ""
+expect "invalid UTF-8 prompt" 1 "UTF-8" -- --model "$model" --prompt $'bad \xff byte'
+expect "token id out of range" 1 "outside|out of range|vocab" -- --model "$model" --prompt-ids 1,2,999999
+expect "bad number" 2 "not a number" -- --model "$model" --temperature hot
+expect "unknown flag" 2 "unknown argument" -- --model "$model" --frobnicate
+
+# Broken tokenizer.json files next to a good checkpoint.
+broken() {
+  local name=$1 edit=$2
+  mkdir -p "$tmp/$name"
+  cp "$model"/config.json "$model"/generation_config.json "$model"/model.safetensors "$tmp/$name/"
+  /usr/bin/python3 - "$model/tokenizer.json" "$tmp/$name/tokenizer.json" "$edit" <<'PY'
+import json, sys
+src, dst, edit = sys.argv[1:]
+text = open(src, encoding="utf-8").read()
+if edit == "truncated":
+    open(dst, "w", encoding="utf-8").write(text[: len(text) // 2])
+    sys.exit()
+d = json.loads(text)
+if edit == "unknown-model":
+    d["model"]["type"] = "WordPiece"
+elif edit == "no-merges":
+    del d["model"]["merges"]
+json.dump(d, open(dst, "w", encoding="utf-8"), ensure_ascii=False)
+PY
+}
+broken truncated truncated
+broken unknown unknown-model
+broken nomerges no-merges
+expect "truncated tokenizer.json" 1 "tokenizer.json" -- --model "$tmp/truncated"
+expect "unknown tokenizer model type" 1 "WordPiece" -- --model "$tmp/unknown"
+expect "tokenizer.json without merges" 1 "merges" -- --model "$tmp/nomerges"
+mkdir -p "$tmp/notok" && cp "$model"/config.json "$model"/model.safetensors "$tmp/notok/"
+expect "no tokenizer.json" 1 "tokenizer.json" -- --model "$tmp/notok"
+
+# Same seed, same text; --print-ids prints JSON.
+a=$("$bin" --model "$model" -n 16 --seed 42 --print-ids 2>/dev/null)
+b=$("$bin" --model "$model" -n 16 --seed 42 --print-ids 2>/dev/null)
+c=$("$bin" --model "$model" -n 16 --seed 43 --print-ids 2>/dev/null)
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] && [[ "$a" =~ ^\[[0-9]+(,\ [0-9]+)*\]$ ]]; then
+  echo "ok   seeded sampling is reproducible"
+else
+  echo "FAIL seeded sampling: '$a' / '$b' / '$c'"
+  failures=$((failures + 1))
+fi
+# Chat on stdin: two turns, then end of input.
+if printf 'Who is the LORD?\nAnd then?\n' | "$bin" --model "$model" --chat -n 8 --system "Speak as the KJV." >"$tmp/chat.out" 2>"$tmp/chat.err" \
+   && [ "$(grep -c 'generated' "$tmp/chat.err")" = 2 ]; then
+  echo "ok   chat"
+else
+  echo "FAIL chat"; cat "$tmp/chat.err"
+  failures=$((failures + 1))
+fi
+
+echo "$failures failure(s)"
+[ $failures = 0 ]

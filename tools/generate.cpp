@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: Apache-2.0
+// edgellm-generate: text in, text out. Loads a Hugging Face checkpoint directory (config.json,
+// *.safetensors, tokenizer.json), encodes the prompt, generates with the sampler and streams the
+// text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
+#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/decode/generate.hpp"
+#include "edgellm/decode/sampler.hpp"
+#include "edgellm/model/tokenizer.hpp"
+#include "edgellm/model/transformer.hpp"
+#include "edgellm/model/weights.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace edgellm;
+
+constexpr const char* kUsage = R"(usage: edgellm-generate [options]
+
+Generates text from a Hugging Face checkpoint directory (Llama / Qwen2 / Mistral; AutoAWQ int4,
+or fp16/bf16 quantised to int4 at load) with its tokenizer.json. Text streams to stdout,
+statistics (time to first token, tokens/s, peak memory) to stderr. With no arguments it
+generates from the bundled model (models/kjv-target-awq) with a fixed prompt.
+
+model:
+  --model DIR            checkpoint directory (default: the bundled KJV model)
+  --fp32-reference       dense fp32 weights and math (slow; for checking against PyTorch)
+  --threads N            threads for matmuls and attention (default 2)
+  --context N            context size in tokens (default: min(model maximum, 4096))
+  --kv-type T            KV cache storage: f32 or f16 (default f32)
+
+prompt:
+  --prompt TEXT          the prompt (default: "And God said")
+  --prompt-ids 1,2,3     the prompt as token ids instead of text
+  --chat                 interactive chat on stdin (ChatML: <|im_start|>role ... <|im_end|>);
+                         an empty line or end of input ends it
+  --system TEXT          system message for --chat
+
+generation:
+  -n, --max-tokens N     most tokens to generate (default 128; must be > 0)
+  --greedy               always the most probable token (same as --temperature 0)
+  --temperature T        sampling temperature (default 0.8; 0 = greedy)
+  --top-k K              keep the K most probable tokens (default 40; 0 = off)
+  --top-p P              keep the smallest set of tokens with probability mass >= P (default 0.95)
+  --min-p P              drop tokens less probable than P x the most probable (default 0 = off)
+  --repeat-penalty R     divide (or multiply, if negative) the logits of recent tokens (default 1)
+  --repeat-last-n N      how many recent tokens the penalty looks at (default 64; 0 = all)
+  --seed S               random seed (default 0): the same seed gives the same text
+  --stop STRING          stop before this text (repeatable); the model's eos ids always stop
+  --ignore-eos           do not stop at the model's eos ids
+
+output:
+  --print-ids            print the generated token ids as a JSON list instead of text
+  -h, --help             this text
+
+Exit status: 0 on success, 1 on a runtime error (bad model, prompt, ...), 2 on bad arguments.
+)";
+
+struct Args {
+  std::string model, prompt = "And God said", system;
+  std::vector<std::int32_t> prompt_ids;
+  bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
+  bool ignore_eos = false;
+  std::size_t threads = 2, context = 0, max_tokens = 128;
+  std::string kv_type = "f32";
+  decode::SamplingOptions sampling;
+  std::vector<std::string> stops;
+};
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "edgellm-generate: %s\n(--help for usage)\n", msg.c_str());
+  return 2;
+}
+
+template <class T>
+bool parse_number(std::string_view s, T& out) {
+  if constexpr (std::is_floating_point_v<T>) {
+    // from_chars for floats is in libstdc++ 11+; strtod would accept locale forms.
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+  } else {
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+  }
+}
+
+// Returns 0 to go on, 2 on a usage error (already printed), 3 for --help.
+int parse_args(int argc, char** argv, Args& a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    std::string_view v;
+    const auto need = [&](const char* what) {
+      if (i + 1 >= argc) return false;
+      v = argv[++i];
+      (void)what;
+      return true;
+    };
+    const auto num = [&](auto& out, const char* what, double lo, double hi) -> int {
+      if (!need(what)) return usage_error(std::string(arg) + ": missing " + what);
+      if (!parse_number(v, out) || static_cast<double>(out) < lo || static_cast<double>(out) > hi)
+        return usage_error(fmt::format("{}: '{}' is not a number in [{}, {}]", arg, v, lo, hi));
+      return 0;
+    };
+    int rc = 0;
+    if (arg == "-h" || arg == "--help") {
+      return 3;
+    } else if (arg == "--model") {
+      if (!need("DIR")) return usage_error("--model: missing DIR");
+      a.model = v;
+    } else if (arg == "--prompt") {
+      if (!need("TEXT")) return usage_error("--prompt: missing TEXT");
+      a.prompt = v;
+    } else if (arg == "--system") {
+      if (!need("TEXT")) return usage_error("--system: missing TEXT");
+      a.system = v;
+    } else if (arg == "--prompt-ids") {
+      if (!need("IDS")) return usage_error("--prompt-ids: missing a comma-separated list of ids");
+      a.have_prompt_ids = true;
+      a.prompt_ids.clear();
+      std::size_t pos = 0;
+      while (pos <= v.size()) {
+        const std::size_t comma = std::min(v.find(',', pos), v.size());
+        const std::string_view item = v.substr(pos, comma - pos);
+        std::int32_t id = 0;
+        if (!parse_number(item, id))
+          return usage_error(fmt::format("--prompt-ids: '{}' (item {}) is not a token id", item,
+                                         a.prompt_ids.size() + 1));
+        a.prompt_ids.push_back(id);
+        pos = comma + 1;
+      }
+    } else if (arg == "--chat") {
+      a.chat = true;
+    } else if (arg == "--fp32-reference") {
+      a.fp32_reference = true;
+    } else if (arg == "--print-ids") {
+      a.print_ids = true;
+    } else if (arg == "--ignore-eos") {
+      a.ignore_eos = true;
+    } else if (arg == "--greedy") {
+      a.sampling.temperature = 0.0f;
+    } else if (arg == "--threads") {
+      rc = num(a.threads, "N", 1, 1024);
+    } else if (arg == "--context") {
+      rc = num(a.context, "N", 1, 1 << 24);
+    } else if (arg == "-n" || arg == "--max-tokens") {
+      rc = num(a.max_tokens, "N", 0, 1e9);
+      if (rc == 0 && a.max_tokens == 0)
+        return usage_error(std::string(arg) + ": 0 tokens to generate (must be > 0)");
+    } else if (arg == "--temperature") {
+      rc = num(a.sampling.temperature, "T", 0, 1e6);
+    } else if (arg == "--top-k") {
+      rc = num(a.sampling.top_k, "K", 0, 1e9);
+    } else if (arg == "--top-p") {
+      rc = num(a.sampling.top_p, "P", 1e-9, 1);
+    } else if (arg == "--min-p") {
+      rc = num(a.sampling.min_p, "P", 0, 0.999999);
+    } else if (arg == "--repeat-penalty") {
+      rc = num(a.sampling.repetition_penalty, "R", 1e-6, 1e6);
+    } else if (arg == "--repeat-last-n") {
+      rc = num(a.sampling.penalty_last_n, "N", 0, 1e9);
+    } else if (arg == "--seed") {
+      rc = num(a.sampling.seed, "S", 0, 1.8446744073709552e19);
+    } else if (arg == "--stop") {
+      if (!need("STRING") || v.empty()) return usage_error("--stop: missing a non-empty STRING");
+      a.stops.emplace_back(v);
+    } else if (arg == "--kv-type") {
+      if (!need("T")) return usage_error("--kv-type: missing T (f32 or f16)");
+      if (v != "f32" && v != "f16")
+        return usage_error(fmt::format("--kv-type: '{}' is not one of f32, f16", v));
+      a.kv_type = v;
+    } else {
+      return usage_error(fmt::format("unknown argument '{}'", arg));
+    }
+    if (rc != 0) return rc;
+  }
+  if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
+  return 0;
+}
+
+// The bundled model: next to the current directory, else relative to the executable
+// (build/<preset>/bin/ -> repository root), else the source tree this binary was built from.
+std::string default_model_dir(const char* argv0) {
+  const std::string rel = "models/kjv-target-awq";
+  std::vector<fs::path> candidates = {fs::path(rel)};
+  std::error_code ec;
+  const fs::path exe = fs::canonical("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path() / "../../.." / rel);
+  (void)argv0;
+#ifdef EDGELLM_SOURCE_DIR
+  candidates.push_back(fs::path(EDGELLM_SOURCE_DIR) / rel);
+#endif
+  for (const auto& c : candidates)
+    if (fs::is_directory(c, ec)) return fs::weakly_canonical(c, ec).string();
+  return rel;  // does not exist: the loader names it in its error
+}
+
+std::size_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+void print_stats(const decode::GenerateStats& s) {
+  std::fprintf(stderr,
+               "\n[%zu prompt tokens, %zu generated; stop: %s]\n"
+               "time to first token %.1f ms | prefill %.1f tok/s | decode %.1f tok/s | "
+               "peak memory %.1f MB\n",
+               s.prompt_tokens, s.new_tokens, decode::to_string(s.stop),
+               s.time_to_first_token_s * 1e3, s.prefill_tok_s(), s.decode_tok_s(),
+               static_cast<double>(peak_rss_bytes()) / 1e6);
+}
+
+struct Loaded {
+  std::shared_ptr<const model::TransformerWeights> weights;
+  model::Tokenizer tokenizer;  // move-only, no default state
+};
+
+template <cache::KVCache Cache>
+int run(const Args& a, Loaded& m, ThreadPool* pool) {
+  const auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "edgellm-generate: %s\n", msg.c_str());
+    return 1;
+  };
+  const model::ModelConfig& cfg = m.weights->config;
+  model::TransformerOptions to;
+  to.pool = pool;
+  to.context_size = a.context;
+  if (to.context_size == 0) {
+    to.context_size = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
+    if (cfg.sliding_window) to.context_size = std::min(to.context_size, *cfg.sliding_window);
+  }
+  auto session = model::Transformer<Cache>::create(m.weights, to);
+  if (!session) return fail(session.error().message);
+  auto sampler = decode::Sampler::create(a.sampling);
+  if (!sampler) return fail(sampler.error().message);
+  auto decoder = decode::PlainDecoder<model::Transformer<Cache>>::create(*session);
+  if (!decoder) return fail(decoder.error().message);
+
+  decode::GenerateOptions go;
+  go.max_new_tokens = a.max_tokens;
+  go.stop_strings = a.stops;
+  if (!a.ignore_eos)
+    for (const std::int64_t id : cfg.eos_token_ids) go.stop_ids.push_back(static_cast<std::int32_t>(id));
+  const auto stream = [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+
+  if (!a.chat) {
+    std::vector<std::int32_t> prompt = a.prompt_ids;
+    if (!a.have_prompt_ids) {
+      if (a.prompt.empty()) return fail("--prompt: empty (give some text or --prompt-ids)");
+      auto ids = m.tokenizer.encode(a.prompt, {.add_special = true, .parse_special = false});
+      if (!ids) return fail("--prompt: " + ids.error().message);
+      prompt = std::move(*ids);
+      if (prompt.empty()) return fail("--prompt: encodes to no tokens");
+    }
+    std::vector<std::int32_t> out_ids;
+    if (!a.print_ids && !a.have_prompt_ids) stream(a.prompt);
+    auto stats = decode::generate(*decoder, *sampler, m.tokenizer, prompt, go,
+                                  a.print_ids ? [](std::string_view) { return true; } : +stream,
+                                  &out_ids);
+    if (!stats) return fail(stats.error().message);
+    if (a.print_ids) {
+      std::string json = "[";
+      for (std::size_t i = 0; i < out_ids.size(); ++i) json += fmt::format("{}{}", i ? ", " : "", out_ids[i]);
+      std::printf("%s]\n", json.c_str());
+    } else {
+      std::printf("\n");
+    }
+    print_stats(*stats);
+    return 0;
+  }
+
+  // Chat: the whole conversation is re-encoded each turn; the decoder reuses the cached prefix.
+  std::vector<decode::ChatMessage> messages;
+  if (!a.system.empty()) messages.push_back({"system", a.system});
+  if (auto im_end = m.tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
+  std::string line;
+  for (;;) {
+    std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    messages.push_back({"user", line});
+    auto ids = m.tokenizer.encode(decode::chatml_prompt(messages), {.add_special = true, .parse_special = true});
+    if (!ids) return fail("input: " + ids.error().message);
+    std::string reply;
+    auto stats = decode::generate(*decoder, *sampler, m.tokenizer, *ids, go, [&](std::string_view piece) {
+      reply += piece;
+      return stream(piece);
+    });
+    if (!stats) return fail(stats.error().message);
+    std::printf("\n");
+    print_stats(*stats);
+    messages.push_back({"assistant", reply});
+    if (stats->stop == decode::StopReason::context_full) {
+      std::fprintf(stderr, "the context is full; ending the chat\n");
+      break;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (const int rc = parse_args(argc, argv, a); rc != 0) {
+    if (rc == 3) return std::fputs(kUsage, stdout), 0;
+    return rc;
+  }
+  const auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "edgellm-generate: %s\n", msg.c_str());
+    return 1;
+  };
+  if (a.model.empty()) a.model = default_model_dir(argv[0]);
+  std::error_code ec;
+  if (!fs::is_directory(a.model, ec))
+    return fail("--model: '" + a.model + "' is not a directory (a Hugging Face checkpoint directory)");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  model::LoadOptions lo;
+  lo.fp32_reference = a.fp32_reference;
+  auto w = model::load_weights(a.model, lo);
+  if (!w) return fail(w.error().message);
+  auto tok = model::Tokenizer::load(a.model);
+  if (!tok) return fail(tok.error().message);
+  Loaded m{std::move(*w), std::move(*tok)};
+  if (m.tokenizer.vocab_size() > m.weights->config.vocab_size) {
+    return fail(fmt::format("{}: tokenizer.json has {} tokens but the model's vocab_size is {}",
+                            a.model, m.tokenizer.vocab_size(), m.weights->config.vocab_size));
+  }
+  std::fprintf(stderr, "loaded %s in %.2f s (%.1f MB of weights%s)\n", a.model.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               static_cast<double>(m.weights->owned_bytes()) / 1e6,
+               a.fp32_reference ? ", fp32 reference" : "");
+
+  std::unique_ptr<ThreadPool> pool;
+  if (a.threads > 1) {
+    auto p = ThreadPool::create(a.threads);
+    if (!p) return fail(p.error().message);
+    pool = std::move(*p);
+  }
+  if (a.kv_type == "f16") return run<cache::KVCacheF16>(a, m, pool.get());
+  return run<cache::KVCacheF32>(a, m, pool.get());
+}
