@@ -571,7 +571,11 @@ class table {
         break;
       case output_format::md:
         line = "|";
-        for (const auto& c : cells) line += " " + detail::render(c, format_) + " |";
+        for (const auto& c : cells) {  // appended piecewise: `" " + string` trips GCC 12's -Wrestrict at -O3
+          line += ' ';
+          line += detail::render(c, format_);
+          line += " |";
+        }
         break;
       case output_format::json:
         line = "{";

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/model/config.hpp"
@@ -12,6 +13,7 @@
 #include "edgellm/thread_pool.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -45,7 +47,7 @@ struct TransformerOptions {
 
 /// A decoder-only transformer (HF LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM
 /// semantics, docs/formats.md 3.3) over weights shared with other instances, with its own KV
-/// cache of type Cache (any cache::KVCache; KVCacheF32 by default).
+/// cache of type Cache (any cache::KVCache: KVCacheF32 by default, KVCacheF16, KVCacheQ8).
 ///
 /// forward() per chunk of T tokens at positions p0 .. p0 + T - 1 (all fp32):
 ///   x = embed_tokens[ids]                                                  [T][hidden]
@@ -123,6 +125,7 @@ class Transformer {
     t.cos_.resize(B * c.head_dim / 2);
     t.sin_.resize(B * c.head_dim / 2);
     t.inv_freq_ = rope_inv_freq(c);
+    t.fingerprint_ = fingerprint(*t.weights_, options.path);
     return t;
   }
 
@@ -199,6 +202,57 @@ class Transformer {
     return cache_.truncate(n);
   }
 
+  /// Prefix cache: writes the KV state of the first n tokens (n <= position()) into `out` as a
+  /// blob tagged with model_fingerprint() (format: cache::detail::kPrefixMagic's comment).
+  status save_prefix(std::size_t n, std::vector<std::byte>& out) const
+    requires cache::PrefixKVCache<Cache>
+  {
+    return cache_.export_prefix(n, fingerprint_, out);
+  }
+
+  /// Restores a blob from save_prefix() of an instance with the same model_fingerprint() and
+  /// KV type: position() becomes its length n, and forwarding the tokens that followed gives
+  /// the same logits, bit for bit, as in the instance that saved it. A blob from another model
+  /// or settings, another KV type, or a corrupted or truncated one is refused with an error
+  /// naming what differs (cache::PrefixKVCache); the state is then unchanged.
+  status load_prefix(std::span<const std::byte> blob)
+    requires cache::PrefixKVCache<Cache>
+  {
+    return cache_.import_prefix(blob, fingerprint_);
+  }
+
+  /// save_prefix() to a file (written to path.tmp, then renamed). Errors name the file.
+  status save_prefix_file(std::size_t n, const std::string& path) const
+    requires cache::PrefixKVCache<Cache>
+  {
+    std::vector<std::byte> blob;
+    if (auto st = save_prefix(n, blob); !st) return st;
+    return cache::write_prefix_file(path, blob);
+  }
+
+  /// load_prefix() from a file written by save_prefix_file(). Errors name the file.
+  status load_prefix_file(const std::string& path)
+    requires cache::PrefixKVCache<Cache>
+  {
+    auto blob = cache::read_prefix_file(path);
+    if (!blob) return blob.error();
+    if (auto st = load_prefix(*blob); !st) {
+      return make_error(st.error().code, "Transformer::load_prefix_file",
+                        path + ": " + st.error().message);
+    }
+    return {};
+  }
+
+  /// 64 bits identifying what determines the keys and values this instance computes, so that a
+  /// saved prefix is only loaded where it is valid: config.json's architecture fields (model
+  /// type, sizes, heads, vocabulary, RoPE, norm epsilon, biases, AWQ settings), how the weights
+  /// were loaded (fp32 reference, RTN group size), the matmul path (exact and fast give other
+  /// bits), and samples of the weights: every RMSNorm weight, the k/v_proj biases, the first and
+  /// last embedding rows and the first 4 KiB of k_proj and v_proj of the first and last layer.
+  /// Not the thread count or ISA (results do not depend on them). A guard against mix-ups, not
+  /// a cryptographic identity: checkpoints equal in all of these would share a fingerprint.
+  std::uint64_t model_fingerprint() const noexcept { return fingerprint_; }
+
   const TransformerWeights& weights() const noexcept { return *weights_; }
   const std::shared_ptr<const TransformerWeights>& shared_weights() const noexcept {
     return weights_;
@@ -220,6 +274,74 @@ class Transformer {
         options_(o),
         cache_(std::move(c)),
         workspace_(std::make_unique<kernels::Workspace>()) {}
+
+  static std::uint64_t fingerprint(const TransformerWeights& w, kernels::MatmulPath path) {
+    const ModelConfig& c = w.config;
+    std::vector<std::byte> b;
+    const auto u64 = [&](std::uint64_t v) {
+      for (int i = 0; i < 8; ++i) b.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xFF));
+    };
+    const auto f64 = [&](double v) { u64(std::bit_cast<std::uint64_t>(v)); };
+    const auto floats = [&](const float* p, std::size_t n) {
+      u64(n);
+      for (std::size_t i = 0; i < n; ++i) u64(std::bit_cast<std::uint32_t>(p[i]));
+    };
+    const auto bytes = [&](const std::byte* p, std::size_t n) {
+      u64(n);
+      b.insert(b.end(), p, p + n);
+    };
+    u64(0x65646765'6c6c6d31ull);  // "edgellm1": bump when the inputs change
+    for (std::size_t v : {static_cast<std::size_t>(c.model_type), c.hidden_size,
+                          c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+                          c.num_key_value_heads, c.head_dim, c.vocab_size,
+                          c.max_position_embeddings, c.sliding_window.value_or(0)})
+      u64(v);
+    f64(c.rms_norm_eps);
+    f64(c.rope_theta);
+    u64(static_cast<std::uint64_t>(c.rope_scaling.type));
+    f64(c.rope_scaling.factor);
+    f64(c.rope_scaling.low_freq_factor);
+    f64(c.rope_scaling.high_freq_factor);
+    u64(c.rope_scaling.original_max_position_embeddings);
+    u64((c.tie_word_embeddings ? 1u : 0u) | (c.attention_qkv_bias ? 2u : 0u) |
+        (c.attention_out_bias ? 4u : 0u) | (c.mlp_bias ? 8u : 0u));
+    u64(c.awq ? 1 : 0);
+    if (c.awq) {
+      u64(static_cast<std::uint64_t>(c.awq->bits));
+      u64(c.awq->group_size);
+      u64(c.awq->zero_point ? 1 : 0);
+      u64(static_cast<std::uint64_t>(c.awq->version));
+      for (const std::string& m : c.awq->modules_to_not_convert)
+        bytes(reinterpret_cast<const std::byte*>(m.data()), m.size());
+    }
+    u64(w.options.fp32_reference ? 1 : 0);
+    u64(w.rtn_group_size);
+    u64(static_cast<std::uint64_t>(path));
+    floats(w.norm.data(), w.norm.size());
+    for (const LayerWeights& l : w.layers) {
+      floats(l.input_layernorm.data(), l.input_layernorm.size());
+      floats(l.post_attention_layernorm.data(), l.post_attention_layernorm.size());
+      floats(l.k_proj.bias.data(), l.k_proj.bias.size());
+      floats(l.v_proj.bias.data(), l.v_proj.bias.size());
+    }
+    std::vector<float> row(c.hidden_size);
+    for (std::size_t r : {std::size_t{0}, c.vocab_size - 1}) {
+      w.embed_tokens.row(r, row.data());
+      floats(row.data(), row.size());
+    }
+    for (const LayerWeights* l : {&w.layers.front(), &w.layers.back()}) {
+      for (const Linear* lin : {&l->k_proj, &l->v_proj}) {
+        if (lin->quantized()) {
+          bytes(lin->q4.data(), std::min<std::size_t>(4096, lin->q4.byte_size()));
+        } else {
+          std::vector<float> r0(lin->k());
+          lin->dense.row(0, r0.data());
+          floats(r0.data(), std::min<std::size_t>(1024, r0.size()));
+        }
+      }
+    }
+    return cache::detail::checksum64(b);
+  }
 
   kernels::MatmulOptions matmul_options() const noexcept {
     kernels::MatmulOptions m;
@@ -333,6 +455,7 @@ class Transformer {
   Cache cache_;
   std::unique_ptr<kernels::Workspace> workspace_;  // fast-path activation scratch
   std::vector<float> inv_freq_;                    // [head_dim / 2]
+  std::uint64_t fingerprint_ = 0;                  // model_fingerprint()
   // Scratch for one chunk of up to B = max_batch tokens.
   std::vector<float> x_, xn_, tmp_;  // [B][hidden]: residual stream, normed, projection out
   std::vector<float> q_, attn_;      // [B][heads * head_dim]
@@ -343,5 +466,6 @@ class Transformer {
 
 static_assert(decode::Model<Transformer<cache::KVCacheF32>>);
 static_assert(decode::Model<Transformer<cache::KVCacheF16>>);
+static_assert(decode::Model<Transformer<cache::KVCacheQ8>>);
 
 }  // namespace edgellm::model

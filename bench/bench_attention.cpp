@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+// edgellm-bench-attention: one decode step's attention over the KV cache, for each KV type
+// (f32, f16, int8), at several context lengths, with the attention shapes of Qwen2-7B (28 query
+// heads, 4 KV heads, head_dim 128, 28 layers) and Llama-3-8B (32 / 8 / 128, 32 layers).
+//
+// A decode step reads every layer's cache once, so a rep attends one query (at position
+// context - 1) in every layer of a cache holding `context` positions per layer: the working
+// set is the whole multi-layer cache (0.1-2 GB), not one layer's, which would sit in the CPU
+// cache. median_us is per layer (the rep's median / layers). kv_bytes: bytes of K/V (scales
+// included) that one layer's step reads, i.e. context positions of every kv head; gbps =
+// kv_bytes / median time per layer; membw_gbps: the read bandwidth this binary measures with
+// the same thread count (pct_membw = gbps / membw_gbps); speedup_vs_f16: the f16 row's median
+// over this row's, same model, context and threads (types are measured in turn in the same
+// run). The cache memory is mlocked when RLIMIT_MEMLOCK allows (`cache` column).
+#include <xsimd/xsimd.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "edgellm/cache/quantized_kv_cache.hpp"
+#include "edgellm/thread_pool.hpp"
+#include "harness.hpp"
+
+namespace bench = edgellm::bench;
+using namespace edgellm;
+using namespace edgellm::cache;
+
+namespace {
+
+constexpr std::string_view kUsage =
+    "  --model qwen2-7b|llama3-8b|all   attention shapes (default all)\n"
+    "  --context N[,N...]               context lengths (default 512,2048,4096,8192)\n"
+    "  --kv-types f32,f16,int8          KV types (default all three)\n"
+    "  --no-lock                        do not mlock the caches\n";
+
+struct ModelShape {
+  const char* name;
+  std::size_t layers, heads, kv_heads, head_dim;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    v.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return v;
+}
+
+// One cache of each type, filled to the largest context, type-erased for the timing loop.
+struct AnyCache {
+  KvType type;
+  std::unique_ptr<KVCacheF32> f32;
+  std::unique_ptr<KVCacheF16> f16;
+  std::unique_ptr<KVCacheQ8> q8;
+  bool locked = false;
+
+  template <class Fn>
+  decltype(auto) visit(Fn&& fn) {
+    switch (type) {
+      case KvType::f32: return fn(*f32);
+      case KvType::f16: return fn(*f16);
+      case KvType::int8: break;
+    }
+    return fn(*q8);
+  }
+};
+
+// Bytes one layer's decode step reads at `context` positions.
+std::size_t step_bytes(KvType t, const ModelShape& m, std::size_t context) {
+  const std::size_t elem = t == KvType::f32 ? 4 : t == KvType::f16 ? 2 : 1;
+  const std::size_t scales = t == KvType::int8 ? 2 * sizeof(float) : 0;
+  return m.kv_heads * context * (2 * m.head_dim * elem + scales);
+}
+
+// Fills every layer of c with `positions` positions of pseudo-random keys/values (one block of
+// data, appended repeatedly: the content does not change the work).
+template <class Cache>
+bool fill(Cache& c, std::size_t positions) {
+  const std::size_t row = c.kv_heads() * c.head_dim(), block = 256;
+  std::vector<float> k(block * row), v(block * row);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (std::size_t l = 0; l < c.layers(); ++l) {
+    for (std::size_t p = 0; p < positions; p += block) {
+      const std::size_t n = std::min(block, positions - p);
+      auto st = c.append(l, p, n, std::span(k).first(n * row), std::span(v).first(n * row));
+      if (!st) {
+        bench::note("{}", st.error().message);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bench::options opts = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
+  std::string model_arg = "all", kv_arg = "f32,f16,int8";
+  std::vector<std::size_t> contexts{512, 2048, 4096, 8192};
+  bool lock = true;
+  for (std::size_t i = 0; i < opts.extra.size(); ++i) {
+    const std::string& a = opts.extra[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= opts.extra.size()) {
+        bench::note("{} needs a value", a);
+        std::exit(2);
+      }
+      return opts.extra[++i];
+    };
+    if (a == "--model") {
+      model_arg = next();
+    } else if (a == "--context") {
+      contexts.clear();
+      for (const std::string& s : split(next())) {
+        const auto n = bench::detail::parse_long(s);
+        if (!n || *n < 1 || *n > (1 << 24)) {
+          bench::note("bad --context '{}'", s);
+          return 2;
+        }
+        contexts.push_back(static_cast<std::size_t>(*n));
+      }
+    } else if (a == "--kv-types") {
+      kv_arg = next();
+    } else if (a == "--no-lock") {
+      lock = false;
+    } else {
+      bench::note("unknown argument '{}'\n{}", a, kUsage);
+      return 2;
+    }
+  }
+  std::vector<KvType> types;
+  for (const std::string& s : split(kv_arg)) {
+    auto t = parse_kv_type(s);
+    if (!t) {
+      bench::note("--kv-types: {}", t.error().message);
+      return 2;
+    }
+    types.push_back(*t);
+  }
+  std::vector<ModelShape> models;
+  const ModelShape qwen{"qwen2-7b", 28, 28, 4, 128}, llama{"llama3-8b", 32, 32, 8, 128};
+  if (model_arg == "qwen2-7b" || model_arg == "all") models.push_back(qwen);
+  if (model_arg == "llama3-8b" || model_arg == "all") models.push_back(llama);
+  if (models.empty()) {
+    bench::note("unknown --model '{}'\n{}", model_arg, kUsage);
+    return 2;
+  }
+  if (opts.quick) {
+    // Smoke run: 4 layers at two short contexts (~10 MB), a second or two in all.
+    contexts = {256, 1024};
+    for (auto& m : models) m.layers = 4;
+  }
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> default_threads{1};
+  if (hw > 1) default_threads.push_back(2);
+  const std::vector<int> thread_counts = opts.threads_or(default_threads);
+  const int reps = opts.reps_or(opts.quick ? 3 : 9);
+  const std::size_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+
+  bench::table out(opts, {"model", "kv_type", "context", "layers", "heads", "kv_heads", "head_dim",
+                          "threads", "reps", "median_us", "p10_us", "p90_us", "kv_bytes", "gbps",
+                          "membw_gbps", "pct_membw", "speedup_vs_f16", "cache"});
+  out.add_metadata("arch", xsimd::default_arch::name());
+  out.add_metadata("median_us", "per layer: one decode step's attention (1 query)");
+
+  std::map<int, double> membw;
+  for (int threads : thread_counts) {
+    const std::size_t bw_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+    membw[threads] = bench::measure_read_bandwidth_gbps(
+        threads, bw_bytes / static_cast<std::size_t>(threads), 3);
+    bench::note("[attention] read bandwidth, {} thread(s): {:.1f} GB/s", threads, membw[threads]);
+  }
+
+  for (const ModelShape& m : models) {
+    std::vector<AnyCache> caches;
+    for (KvType t : types) {
+      AnyCache c;
+      c.type = t;
+      bool ok = false;
+      with_kv_type(t, [&](auto tag) {
+        using Cache = typename decltype(tag)::type;
+        auto r = Cache::create(m.layers, m.kv_heads, m.head_dim, max_ctx);
+        if (!r) {
+          bench::note("{}", r.error().message);
+          return;
+        }
+        auto p = std::make_unique<Cache>(std::move(*r));
+        ok = fill(*p, max_ctx);
+        if constexpr (std::is_same_v<Cache, KVCacheF32>) c.f32 = std::move(p);
+        if constexpr (std::is_same_v<Cache, KVCacheF16>) c.f16 = std::move(p);
+        if constexpr (std::is_same_v<Cache, KVCacheQ8>) c.q8 = std::move(p);
+      });
+      if (!ok) return 1;
+      if (lock) {
+        // The cache's storage is one block per K and V; lock the address range of each layer
+        // view (k, v and scales of all layers are contiguous per array).
+        c.locked = c.visit([&](auto& cache) {
+          const auto v = cache.layer_view(0);
+          using E = std::remove_cv_t<std::remove_pointer_t<decltype(v.k)>>;
+          const std::size_t n = cache.layers() * v.kv_heads * v.slots * v.head_dim * sizeof(E);
+          bool locked = bench::lock_memory(v.k, n, "keys") && bench::lock_memory(v.v, n, "values");
+          if (v.k_scale) {
+            const std::size_t s = cache.layers() * v.kv_heads * v.slots * sizeof(float);
+            locked = bench::lock_memory(v.k_scale, s, "key scales") &&
+                     bench::lock_memory(v.v_scale, s, "value scales") && locked;
+          }
+          return locked;
+        });
+      }
+      bench::note("[attention] {} {}: {:.1f} MB, {}", m.name, kv_type_name(t),
+                  static_cast<double>(c.visit([](auto& x) { return x.bytes(); })) / 1e6,
+                  c.locked ? "mlocked" : "resident");
+      caches.push_back(std::move(c));
+    }
+
+    std::vector<float> q(m.heads * m.head_dim), o(q.size());
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& x : q) x = nd(rng);
+    for (int threads : thread_counts) {
+      auto pool = ThreadPool::create(static_cast<std::size_t>(threads));
+      if (!pool) {
+        bench::note("{}", pool.error().message);
+        return 2;
+      }
+      for (std::size_t ctx : contexts) {
+        // Types in turn, then the rows (speedup needs the f16 time).
+        std::vector<bench::timing> times;
+        for (AnyCache& c : caches) {
+          times.push_back(bench::measure(
+              [&] {
+                c.visit([&](auto& cache) {
+                  for (std::size_t l = 0; l < m.layers; ++l) {
+                    auto st = cache.attend(l, q, 1, ctx - 1, m.heads, o, pool->get());
+                    if (!st) {
+                      bench::note("{}", st.error().message);
+                      std::exit(1);
+                    }
+                  }
+                });
+                bench::do_not_optimize(o[0]);
+              },
+              reps));
+        }
+        double f16_us = 0.0;
+        for (std::size_t i = 0; i < caches.size(); ++i)
+          if (caches[i].type == KvType::f16) f16_us = times[i].median_us;
+        for (std::size_t i = 0; i < caches.size(); ++i) {
+          const double L = static_cast<double>(m.layers);
+          const bench::timing& t = times[i];
+          const std::size_t bytes = step_bytes(caches[i].type, m, ctx);
+          const double us = t.median_us / L;
+          const double gbps = static_cast<double>(bytes) / (us * 1e3);
+          const double bw = membw[threads];
+          const double speedup = f16_us > 0 ? f16_us / t.median_us
+                                            : std::numeric_limits<double>::quiet_NaN();
+          const std::string name = fmt::format("{} {} {} t={}", m.name, kv_type_name(caches[i].type), ctx, threads);
+          if (!opts.selected(name)) continue;
+          bench::note("[attention] {}: {:.1f} us/layer, {:.1f} GB/s, {:.2f}x f16", name, us, gbps, speedup);
+          out.row({m.name, kv_type_name(caches[i].type), ctx, m.layers, m.heads, m.kv_heads,
+                   m.head_dim, threads, t.reps, us, t.p10_us / L, t.p90_us / L, bytes, gbps, bw,
+                   bw > 0 ? 100 * gbps / bw : 0.0, speedup,
+                   caches[i].locked ? "mlocked" : "resident"});
+        }
+      }
+    }
+    for (AnyCache& c : caches) {
+      if (!lock) continue;
+      c.visit([&](auto& cache) {
+        const auto v = cache.layer_view(0);
+        using E = std::remove_cv_t<std::remove_pointer_t<decltype(v.k)>>;
+        const std::size_t n = cache.layers() * v.kv_heads * v.slots * v.head_dim * sizeof(E);
+        bench::unlock_memory(v.k, n);
+        bench::unlock_memory(v.v, n);
+        if (v.k_scale) {
+          const std::size_t s = cache.layers() * v.kv_heads * v.slots * sizeof(float);
+          bench::unlock_memory(v.k_scale, s);
+          bench::unlock_memory(v.v_scale, s);
+        }
+      });
+    }
+  }
+  return 0;
+}

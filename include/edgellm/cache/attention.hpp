@@ -1,0 +1,605 @@
+// SPDX-License-Identifier: Apache-2.0
+// Causal GQA attention over a KV cache's stored keys and values, for every storage format
+// (fp32, fp16, int8 with per-(position, kv head) scales): the tiled layout, the xsimd kernels,
+// their double-precision twin, and the split over a thread pool. Used by DenseKVCache.
+//
+// Cost: every stored position of a kv head is read once per query and costs 2 G head_dim fp32
+// FMAs (keys and values, G = query heads per kv head) plus the conversion of 2 head_dim
+// elements; per byte of int8 K/V that is G FMAs (7 for Qwen2-7B, 4 for Llama-3-8B). So a
+// decode step is memory-bound only where the FMA rate exceeds G x the read bandwidth; on CPUs
+// with one 512-bit (or two 256-bit) FMA per cycle, Qwen2-7B's G = 7 is close to balanced, and
+// int8's lead over fp16 then comes from fp16's doubled traffic, not from less arithmetic.
+// (Integer dot products on the codes, with queries as int16, would cut the key half of it.)
+#pragma once
+
+#include "edgellm/config.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+// GCC 12 reports a false -W(maybe-)uninitialized inside its own AVX-512 intrinsics
+// (`__m512 __Y = __Y;`, GCC bug 105593) wherever they are inlined into a kernel.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace edgellm::cache {
+
+/// The attention scale HF uses: head_dim^-0.5 computed in double, applied as an fp32 multiply.
+inline float attention_scale(std::size_t head_dim) noexcept {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
+namespace detail {
+
+/// Positions per key tile. Keys are stored transposed within a tile, [head_dim][kTile], so that
+/// one load of a column gives that coordinate of 16 consecutive positions: the scores of a tile
+/// are plain FMAs (a broadcast query coordinate times a column) with no horizontal sums, and each
+/// converted column serves every query head of a GQA group.
+inline constexpr std::size_t kTile = 16;
+/// Positions per softmax chunk. A query's positions [0, p] are split into chunks
+/// [b kChunk, (b + 1) kChunk) whatever the thread count; each chunk gets its own max, sum and
+/// weighted sum of values, merged in chunk order (flash-decoding), so the result does not
+/// depend on how chunks are spread over threads.
+inline constexpr std::size_t kChunk = 256;
+/// Value rows per pass of the weighted sum (so a pass's rows stay in L1 across column blocks).
+inline constexpr std::size_t kVBlock = 64;
+
+constexpr std::size_t round_up(std::size_t n, std::size_t m) noexcept { return (n + m - 1) / m * m; }
+
+/// One layer of a cache, as the kernels read it. T: float (fp32), std::uint16_t (fp16 bits) or
+/// std::int8_t (codes; the stored value is code * scale). Per kv head g:
+///   k       + g * slots * head_dim   [slots / kTile][head_dim][kTile]   keys, tiles transposed
+///   v       + g * slots * head_dim   [slots][head_dim]                  values, row-major
+///   k_scale + g * slots, v_scale + g * slots   [slots] fp32 scales (null for fp32 / fp16)
+/// slots: positions allocated per head (a multiple of kTile).
+template <class T>
+struct LayerView {
+  const T* k = nullptr;
+  const float* k_scale = nullptr;
+  const T* v = nullptr;
+  const float* v_scale = nullptr;
+  std::size_t kv_heads = 0, head_dim = 0, slots = 0;
+
+  const T* k_head(std::size_t g) const noexcept { return k + g * slots * head_dim; }
+  const T* v_head(std::size_t g) const noexcept { return v + g * slots * head_dim; }
+  const float* k_scale_head(std::size_t g) const noexcept {
+    return k_scale ? k_scale + g * slots : nullptr;
+  }
+  const float* v_scale_head(std::size_t g) const noexcept {
+    return v_scale ? v_scale + g * slots : nullptr;
+  }
+  /// Index of key (position j, coordinate c) within a head's key tiles.
+  static std::size_t k_index(std::size_t j, std::size_t c, std::size_t head_dim) noexcept {
+    return ((j / kTile) * head_dim + c) * kTile + j % kTile;
+  }
+};
+
+/// A stored element as a number (exact).
+inline double element_value(float x) noexcept { return x; }
+inline double element_value(std::int8_t x) noexcept { return x; }
+inline double element_value(std::uint16_t x) noexcept { return kernels::f16_to_f32(x); }
+inline float element_f32(float x) noexcept { return x; }
+inline float element_f32(std::int8_t x) noexcept { return x; }
+inline float element_f32(std::uint16_t x) noexcept { return kernels::f16_to_f32(x); }
+
+/// The stored key / value (position j, coordinate c) of kv head g, dequantised (exact in double).
+template <class T>
+double stored_key(const LayerView<T>& kv, std::size_t g, std::size_t j, std::size_t c) noexcept {
+  const double x = element_value(kv.k_head(g)[LayerView<T>::k_index(j, c, kv.head_dim)]);
+  return kv.k_scale ? x * static_cast<double>(kv.k_scale_head(g)[j]) : x;
+}
+template <class T>
+double stored_value(const LayerView<T>& kv, std::size_t g, std::size_t j, std::size_t c) noexcept {
+  const double x = element_value(kv.v_head(g)[j * kv.head_dim + c]);
+  return kv.v_scale ? x * static_cast<double>(kv.v_scale_head(g)[j]) : x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading stored elements as fp32 batches (exact conversions).
+
+template <class Arch>
+using fbatch = xsimd::batch<float, Arch>;
+
+template <class Arch>
+EDGELLM_ALWAYS_INLINE fbatch<Arch> load_f32(const float* p) noexcept {
+  return fbatch<Arch>::load_unaligned(p);
+}
+
+/// fbatch::size int8 codes as floats: sign-extend + convert (AVX-512, AVX2, SSE4.1, NEON), else
+/// a scalar loop.
+template <class Arch>
+EDGELLM_ALWAYS_INLINE fbatch<Arch> load_f32(const std::int8_t* p) noexcept {
+#if XSIMD_WITH_AVX512F
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  } else
+#endif
+#if XSIMD_WITH_AVX2
+      if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  } else
+#endif
+#if XSIMD_WITH_SSE4_1
+      if constexpr (std::is_base_of_v<xsimd::sse4_1, Arch>) {
+    std::int32_t w;
+    std::memcpy(&w, p, 4);
+    return _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(w)));
+  } else
+#endif
+#if XSIMD_WITH_NEON64
+      if constexpr (std::is_base_of_v<xsimd::neon64, Arch>) {
+    std::uint32_t w;
+    std::memcpy(&w, p, 4);
+    const int16x8_t h = vmovl_s8(vreinterpret_s8_u32(vdup_n_u32(w)));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
+  } else
+#endif
+  {
+    alignas(64) float buf[fbatch<Arch>::size];
+    for (std::size_t i = 0; i < fbatch<Arch>::size; ++i) buf[i] = p[i];
+    return fbatch<Arch>::load_aligned(buf);
+  }
+}
+
+/// fbatch::size fp16 values as floats: F16C (x86, when the build enables it), FCVTL (AArch64),
+/// else the portable converter.
+template <class Arch>
+EDGELLM_ALWAYS_INLINE fbatch<Arch> load_f32(const std::uint16_t* p) noexcept {
+#if XSIMD_WITH_AVX512F
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else
+#endif
+#if XSIMD_WITH_AVX && defined(__F16C__)
+      if constexpr (std::is_base_of_v<xsimd::avx, Arch>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else
+#endif
+#if XSIMD_WITH_SSE2 && defined(__F16C__)
+      if constexpr (std::is_base_of_v<xsimd::sse2, Arch>) {
+    return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  } else
+#endif
+#if XSIMD_WITH_NEON64
+      if constexpr (std::is_base_of_v<xsimd::neon64, Arch>) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+  } else
+#endif
+  {
+    alignas(64) float buf[fbatch<Arch>::size];
+    for (std::size_t i = 0; i < fbatch<Arch>::size; ++i) buf[i] = kernels::f16_to_f32(p[i]);
+    return fbatch<Arch>::load_aligned(buf);
+  }
+}
+
+/// exp of every lane (xsimd::exp: Cephes-style range reduction and polynomial; 0 below -87.3).
+/// The attention bound assumes a relative error <= 4u on [-88, 0]; the tests check it.
+template <class Arch>
+EDGELLM_ALWAYS_INLINE fbatch<Arch> exp_f32(const fbatch<Arch>& x) noexcept {
+  return xsimd::exp(x);
+}
+
+/// Accumulator batches a kernel keeps in registers next to its operands: 16 on ISAs with 32
+/// vector registers (AVX-512, AArch64), 8 on the others.
+template <class Arch>
+constexpr std::size_t acc_budget() noexcept {
+#if XSIMD_WITH_AVX512F
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return 16;
+#endif
+#if XSIMD_WITH_NEON64
+  if constexpr (std::is_base_of_v<xsimd::neon64, Arch>) return 16;
+#endif
+  return 8;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One chunk: positions [j0, j0 + n) of one kv head against NH query heads of its group.
+
+/// Per-thread scratch of the chunk kernel, in floats: pre-scaled queries [8][head_dim] and
+/// scores / weights [8][kChunk].
+inline std::size_t chunk_scratch_floats(std::size_t head_dim) noexcept {
+  return 8 * head_dim + 8 * kChunk;
+}
+
+/// The partial result of one chunk for one query head: [m, l, o[head_dim]] with m the largest
+/// score, l = sum_j exp(s_j - m), o = sum_j exp(s_j - m) v_j (unnormalised).
+inline std::size_t partial_floats(std::size_t head_dim) noexcept { return head_dim + 2; }
+
+/// Partial results of one chunk for NH query heads (nh of them real; the rest are padding with
+/// zero queries whose results are dropped).
+///   qs:   [NH][head_dim] queries times attention_scale (padding rows zero)
+///   s:    [NH][kChunk] scratch (scores, then weights)
+///   part: [nh][head_dim + 2] output, see partial_floats
+/// j0 is a multiple of kChunk, 1 <= n <= kChunk, and positions < j0 + n are stored.
+/// Numerics, per head and position j (all fp32; sums in the order written):
+///   s_j = dot(qs, k_j) (* k_scale_j)     one running FMA sum over c = 0 .. head_dim - 1
+///   m = max_j s_j,  e_j = exp(s_j - m) (xsimd::exp),  l = sum of e_j (per-lane partial sums)
+///   w_j = e_j (* v_scale_j),  o_c = sum_j w_j v_jc    one running FMA sum over j in order
+template <class Arch, class T, bool Scaled, std::size_t NH>
+void chunk_partial(const LayerView<T>& kv, std::size_t g, const float* qs, std::size_t nh,
+                   std::size_t j0, std::size_t n, float* s, float* part) noexcept {
+  using B = fbatch<Arch>;
+  constexpr std::size_t W = B::size;
+  static_assert(kTile % W == 0 && kChunk % kTile == 0 && kVBlock % kTile == 0);
+  constexpr std::size_t budget = acc_budget<Arch>();
+  // Key batches per pass (lanes = positions) and value batches per pass (lanes = coordinates).
+  constexpr std::size_t KB = std::clamp<std::size_t>(budget / NH, 1, kTile / W);
+  constexpr std::size_t VB = std::max<std::size_t>(budget / NH, 1);
+  const std::size_t hd = kv.head_dim, ps = partial_floats(hd);
+  const T* kh = kv.k_head(g);
+  const T* vh = kv.v_head(g);
+  const float* ksc = kv.k_scale_head(g);
+  const float* vsc = kv.v_scale_head(g);
+
+  // 1. Scores, a tile at a time; lanes past n are computed on stored (initialised) data and
+  //    masked below.
+  const std::size_t t_end = (j0 + n + kTile - 1) / kTile;
+  for (std::size_t t = j0 / kTile; t < t_end; ++t) {
+    const T* kt = kh + t * hd * kTile;
+    for (std::size_t lane = 0; lane < kTile && t * kTile + lane < j0 + n; lane += KB * W) {
+      B acc[NH][KB];
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < NH; ++r)
+#pragma GCC unroll 4
+        for (std::size_t b = 0; b < KB; ++b) acc[r][b] = B(0.0f);
+      for (std::size_t c = 0; c < hd; ++c) {
+        B kb[KB];
+#pragma GCC unroll 4
+        for (std::size_t b = 0; b < KB; ++b) kb[b] = load_f32<Arch>(kt + c * kTile + lane + b * W);
+#pragma GCC unroll 8
+        for (std::size_t r = 0; r < NH; ++r) {
+          const B qr(qs[r * hd + c]);
+#pragma GCC unroll 4
+          for (std::size_t b = 0; b < KB; ++b) acc[r][b] = xsimd::fma(qr, kb[b], acc[r][b]);
+        }
+      }
+      const std::size_t at = t * kTile + lane - j0;
+#pragma GCC unroll 4
+      for (std::size_t b = 0; b < KB; ++b) {
+        B sc(1.0f);
+        if constexpr (Scaled) sc = B::load_unaligned(ksc + t * kTile + lane + b * W);
+#pragma GCC unroll 8
+        for (std::size_t r = 0; r < NH; ++r) {
+          B x = acc[r][b];
+          if constexpr (Scaled) x *= sc;
+          x.store_unaligned(s + r * kChunk + at + b * W);
+        }
+      }
+    }
+  }
+
+  // 2. Softmax pieces per real head; the weights overwrite the scores. Padding rows get zero
+  //    weights so that step 3 can run all NH rows.
+  alignas(64) float lane_index[W];
+  for (std::size_t i = 0; i < W; ++i) lane_index[i] = static_cast<float>(i);
+  const B idx = B::load_aligned(lane_index);
+  const B neg_inf(-std::numeric_limits<float>::infinity());
+  const std::size_t nv = round_up(n, W);
+  for (std::size_t r = 0; r < NH; ++r) {
+    float* row = s + r * kChunk;
+    if (r >= nh) {
+      std::fill(row, row + nv, 0.0f);
+      continue;
+    }
+    B mx = neg_inf;
+    for (std::size_t k = 0; k < nv; k += W) {
+      B x = B::load_unaligned(row + k);
+      if (k + W > n) x = xsimd::select(idx < B(static_cast<float>(n - k)), x, neg_inf);
+      mx = xsimd::max(mx, x);
+    }
+    alignas(64) float lanes[W];
+    mx.store_aligned(lanes);
+    float m = lanes[0];
+    for (std::size_t i = 1; i < W; ++i) m = std::max(m, lanes[i]);
+    const B mb(m);
+    B sum(0.0f);
+    for (std::size_t k = 0; k < nv; k += W) {
+      B e = exp_f32<Arch>(B::load_unaligned(row + k) - mb);
+      if (k + W > n) e = xsimd::select(idx < B(static_cast<float>(n - k)), e, B(0.0f));
+      sum += e;
+      if constexpr (Scaled) {
+        e *= B::load_unaligned(vsc + j0 + k);
+        if (k + W > n) e = xsimd::select(idx < B(static_cast<float>(n - k)), e, B(0.0f));
+      }
+      e.store_unaligned(row + k);
+    }
+    part[r * ps] = m;
+    part[r * ps + 1] = xsimd::hadd(sum);
+  }
+
+  // 3. o[r] = sum_j w[r][j] v_j: blocks of kVBlock rows; per pass NB batches of coordinates
+  //    (the largest power of two <= VB that fits), every value row converted once per pass for
+  //    all NH heads.
+  const std::size_t hd_vec = hd / W * W;
+  for (std::size_t jb = 0; jb < n; jb += kVBlock) {
+    const std::size_t je = std::min(n, jb + kVBlock);
+    std::size_t c0 = 0;
+    const auto passes = [&](auto batches) {
+      constexpr std::size_t NB = decltype(batches)::value;
+      if constexpr (NB <= VB) {
+        for (; c0 + NB * W <= hd_vec; c0 += NB * W) {
+          B acc[NH][NB];
+#pragma GCC unroll 8
+          for (std::size_t r = 0; r < NH; ++r)
+#pragma GCC unroll 16
+            for (std::size_t b = 0; b < NB; ++b)
+              acc[r][b] = (jb == 0 || r >= nh)
+                              ? B(0.0f)
+                              : B::load_unaligned(part + r * ps + 2 + c0 + b * W);
+          for (std::size_t j = jb; j < je; ++j) {
+            const T* vr = vh + (j0 + j) * hd + c0;
+            B vb[NB];
+#pragma GCC unroll 16
+            for (std::size_t b = 0; b < NB; ++b) vb[b] = load_f32<Arch>(vr + b * W);
+#pragma GCC unroll 8
+            for (std::size_t r = 0; r < NH; ++r) {
+              const B wr(s[r * kChunk + j]);
+#pragma GCC unroll 16
+              for (std::size_t b = 0; b < NB; ++b) acc[r][b] = xsimd::fma(wr, vb[b], acc[r][b]);
+            }
+          }
+          for (std::size_t r = 0; r < nh; ++r)
+            for (std::size_t b = 0; b < NB; ++b)
+              acc[r][b].store_unaligned(part + r * ps + 2 + c0 + b * W);
+        }
+      }
+    };
+    passes(std::integral_constant<std::size_t, 16>{});
+    passes(std::integral_constant<std::size_t, 8>{});
+    passes(std::integral_constant<std::size_t, 4>{});
+    passes(std::integral_constant<std::size_t, 2>{});
+    passes(std::integral_constant<std::size_t, 1>{});
+    for (std::size_t c = hd_vec; c < hd; ++c) {  // coordinates past the last whole batch
+      for (std::size_t r = 0; r < nh; ++r) {
+        float o = jb == 0 ? 0.0f : part[r * ps + 2 + c];
+        for (std::size_t j = jb; j < je; ++j)
+          o = std::fma(s[r * kChunk + j], element_f32(vh[(j0 + j) * hd + c]), o);
+        part[r * ps + 2 + c] = o;
+      }
+    }
+  }
+}
+
+/// Merges the partial results of nb chunks (part + b * stride, b in order) of one query head:
+///   M = max_b m_b,  a_b = exp(m_b - M) (std::exp in fp32),  l = sum_b a_b l_b,
+///   out_c = (sum_b a_b o_bc) / l      (sums in chunk order; FMA)
+/// Overwrites each m_b with a_b.
+template <class Arch>
+void merge_partials(float* part, std::size_t nb, std::size_t stride, std::size_t hd,
+                    float* out) noexcept {
+  using B = fbatch<Arch>;
+  constexpr std::size_t W = B::size;
+  float mx = part[0];
+  for (std::size_t b = 1; b < nb; ++b) mx = std::max(mx, part[b * stride]);
+  float l = 0.0f;
+  for (std::size_t b = 0; b < nb; ++b) {
+    float* p = part + b * stride;
+    p[0] = std::exp(p[0] - mx);
+    l = std::fma(p[0], p[1], l);
+  }
+  const B lb(l);
+  std::size_t c = 0;
+  for (; c + W <= hd; c += W) {
+    B acc(0.0f);
+    for (std::size_t b = 0; b < nb; ++b) {
+      const float* p = part + b * stride;
+      acc = xsimd::fma(B(p[0]), B::load_unaligned(p + 2 + c), acc);
+    }
+    (acc / lb).store_unaligned(out + c);
+  }
+  for (; c < hd; ++c) {
+    float acc = 0.0f;
+    for (std::size_t b = 0; b < nb; ++b) acc = std::fma(part[b * stride], part[b * stride + 2 + c], acc);
+    out[c] = acc / l;
+  }
+}
+
+/// Number of chunks of a query at position pos.
+constexpr std::size_t chunks_of(std::size_t pos) noexcept { return pos / kChunk + 1; }
+
+/// All chunks of one (query, kv head) pair for query heads [0, group): partial results of chunk
+/// b at part + b * group * partial_floats(hd), head r at + r * partial_floats(hd).
+template <class Arch, class T, bool Scaled>
+void chunk_task(const LayerView<T>& kv, std::size_t g, const float* q, std::size_t group,
+                std::size_t pos, std::size_t b, float scale, float* scratch, float* part) noexcept {
+  const std::size_t hd = kv.head_dim, j0 = b * kChunk, n = std::min(kChunk, pos + 1 - j0);
+  float* qs = scratch;
+  float* s = scratch + 8 * hd;
+  for (std::size_t h0 = 0; h0 < group;) {
+    const std::size_t rest = group - h0;
+    // Pieces of 8, 7 or 6 heads (exact for Qwen2's groups of 7 and 6), 5 padded to 6, 3 to 4.
+    const std::size_t width = rest >= 8 ? 8 : rest >= 6 ? rest : rest == 5 ? 6 : rest == 3 ? 4 : rest;
+    const std::size_t nh = std::min(width, rest);
+    for (std::size_t r = 0; r < width; ++r)
+      for (std::size_t c = 0; c < hd; ++c) qs[r * hd + c] = r < nh ? q[(h0 + r) * hd + c] * scale : 0.0f;
+    float* p = part + h0 * partial_floats(hd);
+    switch (width) {
+      case 8: chunk_partial<Arch, T, Scaled, 8>(kv, g, qs, nh, j0, n, s, p); break;
+      case 7: chunk_partial<Arch, T, Scaled, 7>(kv, g, qs, nh, j0, n, s, p); break;
+      case 6: chunk_partial<Arch, T, Scaled, 6>(kv, g, qs, nh, j0, n, s, p); break;
+      case 4: chunk_partial<Arch, T, Scaled, 4>(kv, g, qs, nh, j0, n, s, p); break;
+      case 2: chunk_partial<Arch, T, Scaled, 2>(kv, g, qs, nh, j0, n, s, p); break;
+      default: chunk_partial<Arch, T, Scaled, 1>(kv, g, qs, nh, j0, n, s, p); break;
+    }
+    h0 += nh;
+  }
+}
+
+/// Floats of scratch attend_layer needs for the given call.
+inline std::size_t attend_scratch_floats(std::size_t n_q, std::size_t first_pos,
+                                         std::size_t heads, std::size_t kv_heads,
+                                         std::size_t head_dim, std::size_t threads) noexcept {
+  const std::size_t group = heads / kv_heads, slot = group * partial_floats(head_dim);
+  const std::size_t per_thread = chunk_scratch_floats(head_dim) + chunks_of(first_pos + n_q - 1) * slot;
+  std::size_t items = 0;  // every (query, kv head, chunk), for the chunk-parallel mode
+  for (std::size_t i = 0; i < n_q; ++i) items += chunks_of(first_pos + i) * kv_heads;
+  return threads * per_thread + (threads > 1 ? items * slot : 0);
+}
+
+/// Causal GQA attention of n_q queries at positions first_pos .. first_pos + n_q - 1 over one
+/// layer (every position up to the last query's must be stored):
+///   q, out: [n_q][heads][head_dim]; query head h uses kv head h / (heads / kv_heads).
+/// Each (query, kv head) is computed chunk by chunk (chunk_partial, all query heads of the
+/// group at once) and merged (merge_partials). Work split, fixed by the arguments and the pool
+/// size only: many (query, kv head) pairs -> contiguous runs of pairs of about equal cost per
+/// thread; few pairs (decode) -> (pair, chunk) items split evenly, then the merges. Both give
+/// the same bits, so results do not depend on the pool (null: the calling thread).
+/// scratch: grown to attend_scratch_floats(...).
+template <class Arch, class T, bool Scaled>
+void attend_layer(const LayerView<T>& kv, const float* q, std::size_t n_q, std::size_t first_pos,
+                  std::size_t heads, float* out, ThreadPool* pool, std::vector<float>& scratch) {
+  const std::size_t hd = kv.head_dim, kvh = kv.kv_heads, group = heads / kvh;
+  const std::size_t slot = group * partial_floats(hd);
+  const std::size_t threads = pool ? pool->size() : 1;
+  const std::size_t need = attend_scratch_floats(n_q, first_pos, heads, kvh, hd, threads);
+  if (scratch.size() < need) scratch.resize(need);
+  const std::size_t per_thread = chunk_scratch_floats(hd) + chunks_of(first_pos + n_q - 1) * slot;
+  const float scale = attention_scale(hd);
+  const std::size_t pairs = n_q * kvh;
+  const auto q_of = [&](std::size_t i, std::size_t g) { return q + (i * heads + g * group) * hd; };
+  const auto out_of = [&](std::size_t i, std::size_t g) { return out + (i * heads + g * group) * hd; };
+
+  std::size_t items = 0;
+  for (std::size_t i = 0; i < n_q; ++i) items += chunks_of(first_pos + i) * kvh;
+  if (threads > 1 && pairs < 4 * threads && items > pairs) {
+    // Chunk-parallel (decode): item k -> query i, kv head g, chunk b, in that nesting order.
+    float* shared = scratch.data() + threads * per_thread;
+    pool->run([&](std::size_t t, std::size_t nt) {
+      float* mine = scratch.data() + t * per_thread;
+      std::size_t k = 0;
+      const std::size_t k0 = items * t / nt, k1 = items * (t + 1) / nt;
+      for (std::size_t i = 0; i < n_q && k < k1; ++i) {
+        const std::size_t nb = chunks_of(first_pos + i);
+        for (std::size_t g = 0; g < kvh; ++g, k += nb) {
+          for (std::size_t b = std::max(k, k0) - k; b < nb && k + b < k1; ++b)
+            chunk_task<Arch, T, Scaled>(kv, g, q_of(i, g), group, first_pos + i, b, scale, mine,
+                                        shared + (k + b) * slot);
+        }
+      }
+    });
+    pool->run([&](std::size_t t, std::size_t nt) {
+      const std::size_t u0 = pairs * group * t / nt, u1 = pairs * group * (t + 1) / nt;
+      std::size_t k = 0;
+      for (std::size_t i = 0; i < n_q; ++i) {
+        const std::size_t nb = chunks_of(first_pos + i);
+        for (std::size_t g = 0; g < kvh; ++g, k += nb) {
+          for (std::size_t r = 0; r < group; ++r) {
+            const std::size_t u = (i * kvh + g) * group + r;
+            if (u < u0 || u >= u1) continue;
+            merge_partials<Arch>(shared + k * slot + r * partial_floats(hd), nb, slot, hd,
+                                 out_of(i, g) + r * hd);
+          }
+        }
+      }
+    });
+    return;
+  }
+
+  // Pair-parallel: pair (i, g) costs ~ first_pos + i + 1 positions; thread t takes the pairs
+  // whose cumulative cost starts in [total t / nt, total (t + 1) / nt).
+  auto work = [&](std::size_t t, std::size_t nt) {
+    float* mine = scratch.data() + t * per_thread;
+    float* part = mine + chunk_scratch_floats(hd);
+    const std::size_t total = (n_q * (2 * first_pos + n_q + 1)) / 2 * kvh;
+    const std::size_t c0 = total * t / nt, c1 = total * (t + 1) / nt;
+    std::size_t acc = 0;
+    for (std::size_t i = 0; i < n_q; ++i) {
+      const std::size_t cost = first_pos + i + 1;
+      for (std::size_t g = 0; g < kvh; ++g, acc += cost) {
+        if (acc < c0 || acc >= c1) continue;
+        const std::size_t pos = first_pos + i, nb = chunks_of(pos);
+        for (std::size_t b = 0; b < nb; ++b)
+          chunk_task<Arch, T, Scaled>(kv, g, q_of(i, g), group, pos, b, scale, mine, part + b * slot);
+        for (std::size_t r = 0; r < group; ++r)
+          merge_partials<Arch>(part + r * partial_floats(hd), nb, slot, hd, out_of(i, g) + r * hd);
+      }
+    }
+  };
+  if (pool == nullptr || threads == 1) {
+    work(0, 1);
+  } else {
+    pool->run(work);
+  }
+}
+
+}  // namespace detail
+
+namespace reference {
+
+/// Double-precision twin of detail::attend_layer on the stored data: the same chunks of
+/// detail::kChunk positions with their own max and sum, merged in order, in plain loops over
+/// the stored codes and scales (values dequantised exactly). Agrees with
+/// reference::attention on the dequantised keys and values to double rounding; the xsimd path
+/// agrees with it within the bound stated on DenseKVCache.
+///   q, out: [n_q][heads][head_dim]
+template <class T>
+void attention_stored(const detail::LayerView<T>& kv, const float* q, std::size_t n_q,
+                      std::size_t first_pos, std::size_t heads, float* out) {
+  const std::size_t hd = kv.head_dim, group = heads / kv.kv_heads;
+  const double scale = static_cast<double>(attention_scale(hd));
+  std::vector<double> m, l, o, s(detail::kChunk);
+  for (std::size_t i = 0; i < n_q; ++i) {
+    const std::size_t pos = first_pos + i, nb = detail::chunks_of(pos);
+    for (std::size_t h = 0; h < heads; ++h) {
+      const std::size_t g = h / group;
+      const float* qh = q + (i * heads + h) * hd;
+      m.assign(nb, 0.0);
+      l.assign(nb, 0.0);
+      o.assign(nb * hd, 0.0);
+      for (std::size_t b = 0; b < nb; ++b) {
+        const std::size_t j0 = b * detail::kChunk, n = std::min(detail::kChunk, pos + 1 - j0);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (std::size_t j = 0; j < n; ++j) {
+          double d = 0.0;
+          for (std::size_t c = 0; c < hd; ++c)
+            d += static_cast<double>(qh[c]) * detail::stored_key(kv, g, j0 + j, c);
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        m[b] = mx;
+        for (std::size_t j = 0; j < n; ++j) {
+          const double e = std::exp(s[j] - mx);
+          l[b] += e;
+          for (std::size_t c = 0; c < hd; ++c) o[b * hd + c] += e * detail::stored_value(kv, g, j0 + j, c);
+        }
+      }
+      const double mx = *std::max_element(m.begin(), m.end());
+      double lt = 0.0;
+      for (std::size_t b = 0; b < nb; ++b) lt += std::exp(m[b] - mx) * l[b];
+      for (std::size_t c = 0; c < hd; ++c) {
+        double acc = 0.0;
+        for (std::size_t b = 0; b < nb; ++b) acc += std::exp(m[b] - mx) * o[b * hd + c];
+        out[(i * heads + h) * hd + c] = static_cast<float>(acc / lt);
+      }
+    }
+  }
+}
+
+}  // namespace reference
+
+}  // namespace edgellm::cache
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
