@@ -3,7 +3,7 @@
 // spirit of llama-bench, with the bandwidth roofline measured by the same binary in the run.
 //
 //   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-t 1,2] [--exact] [--lm-head q4|as_stored]
-//                 [--kv f32|f16] [--format json] [--quick] [--reps N] [--no-lock]
+//                 [--kv-type int8|f16|f32] [--format json] [--quick] [--reps N] [--no-lock]
 //
 // Rows: pp<P> (prefill P tokens from an empty cache; tokens_per_s = P / time, ttft_ms = the
 // prefill time including the last token's logits) and tg<N> (N single-token forwards after a
@@ -37,7 +37,7 @@ constexpr std::string_view kUsage =
     "  -t LIST                   thread counts (same as --threads; default 1,2)\n"
     "  --exact                   exact fp32 int4 path instead of the fast W4A8 path\n"
     "  --lm-head q4|as_stored    quantise lm_head to int4 at load (default as_stored)\n"
-    "  --kv f32|f16              KV cache type (default f32)\n"
+    "  --kv-type int8|f16|f32    KV cache type (default int8; --kv is an alias)\n"
     "  --no-lock                 do not mlock the packed weights\n";
 
 std::size_t linear_bytes(const model::Linear& l) {
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::size_t P = 128, N = 64;
   bool exact = false, lock = true;
-  std::string kv = "f32";
+  std::string kv = "int8";
   model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored;
   bench::options o = opts;
   for (std::size_t i = 0; i < opts.extra.size(); ++i) {
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--exact") exact = true;
     else if (a == "--no-lock") lock = false;
-    else if (a == "--kv") kv = next();
+    else if (a == "--kv" || a == "--kv-type") kv = next();
     else if (a == "--lm-head") {
       const std::string v = next();
       if (v == "q4") lm_head = model::LmHeadFormat::q4;
@@ -222,7 +222,9 @@ int main(int argc, char** argv) {
     bench::note("no model: pass -m DIR\n{}", kUsage);
     return 2;
   }
-  if (kv != "f32" && kv != "f16") return (bench::note("--kv: '{}' (f32 or f16)", kv), 2);
+  const auto kv_type = cache::parse_kv_type(kv);
+  if (!kv_type) return (bench::note("--kv-type: {}", kv_type.error().message), 2);
+  kv = cache::kv_type_name(*kv_type);
   if (opts.quick) {
     P = std::min<std::size_t>(P, 32);
     N = std::min<std::size_t>(N, 8);
@@ -230,8 +232,10 @@ int main(int argc, char** argv) {
   bench::table out(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s", "ttft_ms",
                        "model_bytes", "peak_rss_bytes", "membw_gbps", "pct_roofline", "weights"});
   for (const auto& dir : models) {
-    const int rc = kv == "f16" ? run_model<cache::KVCacheF16>(dir, o, P, N, exact, lm_head, lock, kv, out)
-                               : run_model<cache::KVCacheF32>(dir, o, P, N, exact, lm_head, lock, kv, out);
+    const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {
+      using Cache = typename decltype(tag)::type;
+      return run_model<Cache>(dir, o, P, N, exact, lm_head, lock, kv, out);
+    });
     if (rc != 0) return rc;
   }
   return 0;

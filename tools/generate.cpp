@@ -3,7 +3,9 @@
 // *.safetensors, tokenizer.json), encodes the prompt, generates with the sampler and streams the
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/decode/generate.hpp"
+#include "edgellm/decode/prompt_cache.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
@@ -42,7 +44,10 @@ model:
   --fp32-reference       dense fp32 weights and math (slow; for checking against PyTorch)
   --threads N            threads for matmuls and attention (default 2)
   --context N            context size in tokens (default: min(model maximum, 4096))
-  --kv-type T            KV cache storage: f32 or f16 (default f32)
+  --kv-type T            KV cache storage: int8, f16 or f32 (default int8: half the memory of
+                         f16, keys/values quantised per position and head)
+  --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
+                         system prompt is prefilled once), and save this prompt's state to it
 
 prompt:
   --prompt TEXT          the prompt (default: "And God said")
@@ -77,7 +82,8 @@ struct Args {
   bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
   bool ignore_eos = false;
   std::size_t threads = 2, context = 0, max_tokens = 128;
-  std::string kv_type = "f32";
+  cache::KvType kv_type = cache::KvType::int8;
+  std::string prompt_cache;
   decode::SamplingOptions sampling;
   std::vector<std::string> stops;
 };
@@ -179,16 +185,20 @@ int parse_args(int argc, char** argv, Args& a) {
       if (!need("STRING") || v.empty()) return usage_error("--stop: missing a non-empty STRING");
       a.stops.emplace_back(v);
     } else if (arg == "--kv-type") {
-      if (!need("T")) return usage_error("--kv-type: missing T (f32 or f16)");
-      if (v != "f32" && v != "f16")
-        return usage_error(fmt::format("--kv-type: '{}' is not one of f32, f16", v));
-      a.kv_type = v;
+      if (!need("T")) return usage_error("--kv-type: missing T (int8, f16 or f32)");
+      auto t = cache::parse_kv_type(v);
+      if (!t) return usage_error("--kv-type: " + t.error().message);
+      a.kv_type = *t;
+    } else if (arg == "--prompt-cache") {
+      if (!need("FILE") || v.empty()) return usage_error("--prompt-cache: missing FILE");
+      a.prompt_cache = v;
     } else {
       return usage_error(fmt::format("unknown argument '{}'", arg));
     }
     if (rc != 0) return rc;
   }
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
+  if (a.chat && !a.prompt_cache.empty()) return usage_error("--prompt-cache is not supported with --chat");
   return 0;
 }
 
@@ -250,7 +260,21 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
   if (!session) return fail(session.error().message);
   auto sampler = decode::Sampler::create(a.sampling);
   if (!sampler) return fail(sampler.error().message);
-  auto decoder = decode::PlainDecoder<model::Transformer<Cache>>::create(*session);
+  // With --prompt-cache FILE, the session starts from FILE's state (its tokens are "held").
+  decode::PromptCache cached;
+  if (!a.prompt_cache.empty() && fs::exists(a.prompt_cache)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = decode::read_prompt_cache(a.prompt_cache);
+    if (!c) return fail("--prompt-cache: " + c.error().message);
+    if (auto st = decode::restore_prompt_cache(*session, *c); !st)
+      return fail("--prompt-cache: " + a.prompt_cache + ": " + st.error().message +
+                  " (delete the file to rebuild it)");
+    cached = std::move(*c);
+    std::fprintf(stderr, "prompt cache: %zu tokens from %s in %.1f ms\n", cached.tokens.size(),
+                 a.prompt_cache.c_str(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  auto decoder = decode::PlainDecoder<model::Transformer<Cache>>::create(*session, cached.tokens);
   if (!decoder) return fail(decoder.error().message);
 
   decode::GenerateOptions go;
@@ -279,6 +303,13 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
                                   a.print_ids ? [](std::string_view) { return true; } : +stream,
                                   &out_ids);
     if (!stats) return fail(stats.error().message);
+    if (!a.prompt_cache.empty() && cached.tokens != prompt) {
+      decode::PromptCache fresh;
+      auto st = decode::save_prompt_cache(*session, prompt, fresh);
+      if (st) st = decode::write_prompt_cache(a.prompt_cache, fresh);
+      if (!st) return fail("--prompt-cache: " + st.error().message);
+      std::fprintf(stderr, "prompt cache: saved %zu tokens to %s\n", prompt.size(), a.prompt_cache.c_str());
+    }
     if (a.print_ids) {
       std::string json = "[";
       for (std::size_t i = 0; i < out_ids.size(); ++i) json += fmt::format("{}{}", i ? ", " : "", out_ids[i]);
@@ -358,6 +389,7 @@ int main(int argc, char** argv) {
     if (!p) return fail(p.error().message);
     pool = std::move(*p);
   }
-  if (a.kv_type == "f16") return run<cache::KVCacheF16>(a, m, pool.get());
-  return run<cache::KVCacheF32>(a, m, pool.get());
+  return cache::with_kv_type(a.kv_type, [&](auto tag) {
+    return run<typename decltype(tag)::type>(a, m, pool.get());
+  });
 }

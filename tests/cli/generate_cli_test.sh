@@ -94,5 +94,28 @@ else
   failures=$((failures + 1))
 fi
 
+# Prompt cache: the second run starts from the saved prefix and prints the same ids; files from
+# another model or corrupted ones are refused.
+sys="In the beginning God created the heaven and the earth. And the earth was without form, and void."
+plain=$("$bin" --model "$model" --prompt "$sys And God said" -n 12 --greedy --print-ids 2>/dev/null)
+"$bin" --model "$model" --prompt "$sys And Moses said" -n 4 --greedy --prompt-cache "$tmp/pc.bin" >/dev/null 2>&1
+warm=$("$bin" --model "$model" --prompt "$sys And God said" -n 12 --greedy --print-ids --prompt-cache "$tmp/pc.bin" 2>"$tmp/pc.err")
+if [ -n "$plain" ] && [ "$plain" = "$warm" ] && grep -q "prompt cache: [0-9]* tokens from" "$tmp/pc.err"; then
+  echo "ok   prompt cache reuse gives the same tokens"
+else
+  echo "FAIL prompt cache: '$plain' vs '$warm'"; cat "$tmp/pc.err"
+  failures=$((failures + 1))
+fi
+for kv in f32 f16 int8; do
+  expect "--kv-type $kv" 0 "generated" -- --model "$model" --kv-type $kv -n 4
+done
+expect "bad --kv-type" 2 "int8" -- --model "$model" --kv-type q3
+expect "prompt cache of another model" 1 "another model" -- --model "$src/models/kjv-target-awq" --prompt "x" --prompt-cache "$tmp/pc.bin"
+head -c 200 "$tmp/pc.bin" > "$tmp/pc_short.bin"
+expect "truncated prompt cache" 1 "pc_short.bin" -- --model "$model" --prompt "x" --prompt-cache "$tmp/pc_short.bin"
+cp "$tmp/pc.bin" "$tmp/pc_flip.bin"
+printf '\x55' | dd of="$tmp/pc_flip.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
+expect "corrupted prompt cache" 1 "checksum|corrupt" -- --model "$model" --prompt "x" --prompt-cache "$tmp/pc_flip.bin"
+
 echo "$failures failure(s)"
 [ $failures = 0 ]

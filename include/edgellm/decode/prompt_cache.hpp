@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// Prompt (prefix) cache: the token ids of a prompt prefix together with the model's KV state
+// after them, kept in memory or in a file, so a long system prompt is prefilled once and later
+// requests that start with it only run their own tokens.
+#pragma once
+
+#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/result.hpp"
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace edgellm::decode {
+
+/// A model whose KV state can be saved and restored (model::Transformer with any cache type).
+template <class M>
+concept PrefixModel = requires(M& m, const M& cm, std::size_t n, std::vector<std::byte>& out,
+                               std::span<const std::byte> blob) {
+  { cm.save_prefix(n, out) } -> std::same_as<status>;
+  { m.load_prefix(blob) } -> std::same_as<status>;
+  { cm.position() } -> std::same_as<std::size_t>;
+};
+
+/// The first tokens.size() tokens a model consumed and its KV state after them. The state is
+/// tagged with the model's fingerprint and KV type, so restoring it into another model fails.
+struct PromptCache {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::byte> state;  ///< the model's save_prefix() blob
+};
+
+/// Saves the state of `model` after the first `tokens.size()` tokens it consumed; `tokens` must
+/// be those tokens (the caller knows them: it fed them).
+template <PrefixModel M>
+status save_prompt_cache(const M& model, std::span<const std::int32_t> tokens, PromptCache& out) {
+  if (tokens.size() > model.position()) {
+    return make_error(errc::invalid_argument, "save_prompt_cache",
+                      "tokens: " + std::to_string(tokens.size()) + " but the model holds only " +
+                          std::to_string(model.position()));
+  }
+  PromptCache c;
+  c.tokens.assign(tokens.begin(), tokens.end());
+  if (auto st = model.save_prefix(tokens.size(), c.state); !st) return st;
+  out = std::move(c);
+  return {};
+}
+
+/// Restores `c` into `model` (position() becomes c.tokens.size()). On error the model is
+/// unchanged.
+template <PrefixModel M>
+status restore_prompt_cache(M& model, const PromptCache& c) {
+  return model.load_prefix(c.state);
+}
+
+namespace detail {
+
+inline constexpr char kPromptCacheMagic[8] = {'E', 'L', 'L', 'M', 'P', 'C', 'T', '1'};
+
+inline std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace detail
+
+/// File layout (little-endian): magic "ELLMPCT1", u64 token count n, n x i32 token ids, u64
+/// FNV-1a of the ids, then the state blob (which carries its own header and checksum).
+/// Written to path.tmp, then renamed. Errors name the file.
+inline status write_prompt_cache(const std::string& path, const PromptCache& c) {
+  std::vector<std::byte> out(8 + 8 + 4 * c.tokens.size() + 8);
+  std::size_t at = 0;
+  const auto put = [&](const void* p, std::size_t n) {
+    std::memcpy(out.data() + at, p, n);
+    at += n;
+  };
+  put(detail::kPromptCacheMagic, 8);
+  const std::uint64_t n = c.tokens.size();
+  put(&n, 8);
+  if (n) put(c.tokens.data(), 4 * n);
+  const std::uint64_t h = detail::fnv1a(c.tokens.data(), 4 * n);
+  put(&h, 8);
+  out.insert(out.end(), c.state.begin(), c.state.end());
+  return cache::write_prefix_file(path, out);
+}
+
+/// Reads a file written by write_prompt_cache(). The state is checked when it is restored.
+inline result<PromptCache> read_prompt_cache(const std::string& path) {
+  auto bytes = cache::read_prefix_file(path);
+  if (!bytes) return bytes.error();
+  const auto bad = [&](const std::string& what) {
+    return make_error(errc::format_error, "read_prompt_cache", path + ": " + what);
+  };
+  const std::vector<std::byte>& b = *bytes;
+  if (b.size() < 24 || std::memcmp(b.data(), detail::kPromptCacheMagic, 8) != 0)
+    return bad("not an edgellm prompt cache (bad magic or too short)");
+  std::uint64_t n = 0, h = 0;
+  std::memcpy(&n, b.data() + 8, 8);
+  if (n > (b.size() - 24) / 4) return bad("token count " + std::to_string(n) + " exceeds the file size");
+  PromptCache c;
+  c.tokens.resize(n);
+  if (n) std::memcpy(c.tokens.data(), b.data() + 16, 4 * n);
+  std::memcpy(&h, b.data() + 16 + 4 * n, 8);
+  if (h != detail::fnv1a(c.tokens.data(), 4 * n)) return bad("token ids fail their checksum (corrupted file)");
+  c.state.assign(b.begin() + static_cast<std::ptrdiff_t>(24 + 4 * n), b.end());
+  return c;
+}
+
+}  // namespace edgellm::decode
