@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/decode/prompt_cache.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"
 #include "edgellm/thread_pool.hpp"
@@ -66,6 +67,8 @@ void lock_weights(const model::TransformerWeights& w, bool& ok) {
       lock(*p);
 }
 
+constexpr std::size_t kSystem = 512, kUser = 16;  // prefix-cache row: system + user tokens
+
 template <class Cache>
 int run_model(const std::string& dir, const bench::options& opts, std::size_t P, std::size_t N,
               bool exact, model::LmHeadFormat lm_head, bool lock, const std::string& kv_name,
@@ -105,8 +108,8 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     model::TransformerOptions to;
     to.pool = pool->get();
     to.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
-    to.context_size = std::max<std::size_t>(P, 16) + N + 8;
-    to.max_batch = std::max<std::size_t>(P, 16);
+    to.context_size = std::max<std::size_t>(P, kSystem + kUser) + N + 8;
+    to.max_batch = std::max<std::size_t>(P, 64);
     auto tr = model::Transformer<Cache>::create(*weights, to);
     if (!tr) {
       bench::note("{}", tr.error().message);
@@ -162,6 +165,38 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps, ttft_ms,
              static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
              membw, roofline, locked ? "mlocked" : "resident"});
+
+    // Prefix cache: time to first token for a kSystem-token system prompt + a kUser-token user
+    // message, cold (both prefilled) and with the system prompt's state restored from an
+    // in-memory prompt cache (restore + kUser tokens). tokens_per_s = cold / cached speedup.
+    std::vector<std::int32_t> chat(kSystem + kUser);
+    for (std::size_t i = 0; i < chat.size(); ++i) chat[i] = static_cast<std::int32_t>((i * 104729 + 7) % V);
+    const std::span<const std::int32_t> sys(chat.data(), kSystem), user(chat.data() + kSystem, kUser);
+    decode::PromptCache pc;
+    if (auto st = tr->truncate(0); !st) return 1;
+    if (auto st = tr->forward(sys, decode::LogitsMode::last, logits); !st) return 1;
+    if (auto st = decode::save_prompt_cache(*tr, sys, pc); !st)
+      return (bench::note("{}", st.error().message), 1);
+    const auto cold = bench::measure(
+        [&] {
+          if (!tr->truncate(0) || !tr->forward(chat, decode::LogitsMode::last, logits)) std::exit(1);
+          bench::do_not_optimize(logits[0]);
+        },
+        reps, 0);
+    const auto warm = bench::measure(
+        [&] {
+          if (!decode::restore_prompt_cache(*tr, pc) || !tr->forward(user, decode::LogitsMode::last, logits))
+            std::exit(1);
+          bench::do_not_optimize(logits[0]);
+        },
+        reps, 0);
+    bench::note("[bench] t={} prefix cache: ttft {:.1f} ms cold, {:.1f} ms from the cache ({:.1f}x; "
+                "{:.1f} MB of KV state)", threads, cold.median_us / 1e3, warm.median_us / 1e3,
+                cold.median_us / warm.median_us, static_cast<double>(pc.state.size()) / 1e6);
+    out.row({dir, fmt::format("prefix{}+{}", kSystem, kUser), threads, path, kv_name,
+             cold.median_us / warm.median_us, warm.median_us / 1e3,
+             static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
+             0.0, 0.0, locked ? "mlocked" : "resident"});
   }
   return 0;
 }
