@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The main job: builds the release preset's kernel bench and runs it. Results (TSV: `# key=value`
-# metadata, a header, one row per kernel) go to stdout; build output and chatter to stderr.
-# EDGELLM_QUICK=1 runs the bench with --quick. Extra arguments go to the bench, e.g.
-#   scripts/run.sh --format json --threads 1,2
+# The main job: builds `edgellm-generate` (release preset) and generates text from the bundled
+# KJV model (models/kjv-target-awq). Generated text goes to stdout, build output and statistics
+# to stderr. Extra arguments go to edgellm-generate, e.g.
+#   scripts/run.sh --prompt "And Jesus said" -n 64 --seed 7
+#   scripts/run.sh --model /path/to/Qwen2-7B-Instruct-AWQ --chat
+# The kernel bench (the main job before a model was bundled) is scripts/run.sh --bench.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,16 +14,19 @@ if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null 2>&1; then
   export CMAKE_GENERATOR=Ninja
 fi
 
-bench=kernels
-if [ ! -f "bench/bench_${bench}.cpp" ]; then
-  echo "run.sh: bench/bench_${bench}.cpp does not exist yet" >&2
-  exit 1
-fi
 cmake --preset release >&2
-cmake --build --preset release --target "edgellm-bench-${bench}" >&2
-
-args=()
-if [ "${EDGELLM_QUICK:-0}" = 1 ]; then
-  args+=(--quick)
+if [ "${1:-}" = "--bench" ]; then
+  shift
+  cmake --build --preset release --target edgellm-bench-kernels >&2
+  args=()
+  if [ "${EDGELLM_QUICK:-0}" = 1 ]; then
+    args+=(--quick)
+  fi
+  exec build/release/bin/edgellm-bench-kernels "${args[@]}" "$@"
 fi
-exec "build/release/bin/edgellm-bench-${bench}" "${args[@]}" "$@"
+cmake --build --preset release --target edgellm-generate >&2
+if [ $# -eq 0 ]; then
+  # A fixed prompt and seed: the same text on every machine with the same build.
+  set -- --prompt "And God said" -n 96 --seed 1 --temperature 0.7
+fi
+exec build/release/bin/edgellm-generate "$@"
