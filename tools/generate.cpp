@@ -5,7 +5,9 @@
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/decode/generate.hpp"
+#include "edgellm/decode/lookup_draft.hpp"
 #include "edgellm/decode/prompt_cache.hpp"
+#include "edgellm/decode/speculative.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
@@ -69,6 +71,15 @@ generation:
   --stop STRING          stop before this text (repeatable); the model's eos ids always stop
   --ignore-eos           do not stop at the model's eos ids
 
+speculative decoding:
+  --draft DIR|lookup     a draft model (same tokenizer as --model) proposes tokens that the model
+                         verifies in one batched forward; `lookup` drafts by n-gram lookup in the
+                         prompt and the text so far. The output distribution is the model's own
+                         (greedy: the same tokens as without --draft)
+  -k N                   tokens drafted per step (default 5; 1..32)
+  --adaptive             choose k each step from measured acceptance and costs, and stop
+                         drafting when it does not pay
+
 output:
   --print-ids            print the generated token ids as a JSON list instead of text
   -h, --help             this text
@@ -84,6 +95,9 @@ struct Args {
   std::size_t threads = 2, context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
   std::string prompt_cache;
+  std::string draft;
+  std::size_t k = 5;
+  bool adaptive = false;
   decode::SamplingOptions sampling;
   std::vector<std::string> stops;
 };
@@ -189,6 +203,13 @@ int parse_args(int argc, char** argv, Args& a) {
       auto t = cache::parse_kv_type(v);
       if (!t) return usage_error("--kv-type: " + t.error().message);
       a.kv_type = *t;
+    } else if (arg == "--draft") {
+      if (!need("DIR") || v.empty()) return usage_error("--draft: missing DIR or `lookup`");
+      a.draft = v;
+    } else if (arg == "-k") {
+      rc = num(a.k, "N", 1, 32);
+    } else if (arg == "--adaptive") {
+      a.adaptive = true;
     } else if (arg == "--prompt-cache") {
       if (!need("FILE") || v.empty()) return usage_error("--prompt-cache: missing FILE");
       a.prompt_cache = v;
@@ -199,6 +220,8 @@ int parse_args(int argc, char** argv, Args& a) {
   }
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
   if (a.chat && !a.prompt_cache.empty()) return usage_error("--prompt-cache is not supported with --chat");
+  if (!a.draft.empty() && !a.prompt_cache.empty())
+    return usage_error("--prompt-cache is not supported with --draft");
   return 0;
 }
 
@@ -274,8 +297,6 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
                  a.prompt_cache.c_str(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  auto decoder = decode::PlainDecoder<model::Transformer<Cache>>::create(*session, cached.tokens);
-  if (!decoder) return fail(decoder.error().message);
 
   decode::GenerateOptions go;
   go.max_new_tokens = a.max_tokens;
@@ -288,6 +309,8 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
     return true;
   };
 
+  // Runs the prompt or the chat with any token source (plain or speculative decoding).
+  const auto drive = [&](auto& source) -> int {
   if (!a.chat) {
     std::vector<std::int32_t> prompt = a.prompt_ids;
     if (!a.have_prompt_ids) {
@@ -299,7 +322,7 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
     }
     std::vector<std::int32_t> out_ids;
     if (!a.print_ids && !a.have_prompt_ids) stream(a.prompt);
-    auto stats = decode::generate(*decoder, *sampler, m.tokenizer, prompt, go,
+    auto stats = decode::generate(source, *sampler, m.tokenizer, prompt, go,
                                   a.print_ids ? [](std::string_view) { return true; } : +stream,
                                   &out_ids);
     if (!stats) return fail(stats.error().message);
@@ -333,7 +356,7 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
     auto ids = m.tokenizer.encode(decode::chatml_prompt(messages), {.add_special = true, .parse_special = true});
     if (!ids) return fail("input: " + ids.error().message);
     std::string reply;
-    auto stats = decode::generate(*decoder, *sampler, m.tokenizer, *ids, go, [&](std::string_view piece) {
+    auto stats = decode::generate(source, *sampler, m.tokenizer, *ids, go, [&](std::string_view piece) {
       reply += piece;
       return stream(piece);
     });
@@ -347,6 +370,44 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
     }
   }
   return 0;
+  };
+
+  using Target = model::Transformer<Cache>;
+  if (a.draft.empty()) {
+    auto decoder = decode::PlainDecoder<Target>::create(*session, cached.tokens);
+    if (!decoder) return fail(decoder.error().message);
+    return drive(*decoder);
+  }
+  decode::SpeculativeOptions so;
+  so.k = a.k;
+  so.adaptive = a.adaptive;
+  so.k_max = std::max<std::size_t>(a.k, so.k_max);
+  const auto speculate = [&](auto& draft) -> int {
+    using Draft = std::remove_reference_t<decltype(draft)>;
+    auto spec = decode::SpeculativeDecoder<Target, Draft>::create(*session, draft, so);
+    if (!spec) return fail(spec.error().message);
+    const int rc = drive(*spec);
+    const decode::SpeculativeStats& st = spec->stats();
+    std::fprintf(stderr,
+                 "speculative (%s, k %s%zu): %zu drafted, %zu accepted (%.0f%%), %.2f tokens per "
+                 "target forward; %.2f s drafting, %.2f s verifying\n",
+                 a.draft.c_str(), a.adaptive ? "adaptive up to " : "", so.adaptive ? so.k_max : so.k,
+                 st.drafted, st.accepted, 100.0 * st.acceptance_rate(), st.tokens_per_forward(),
+                 st.draft_seconds, st.target_seconds);
+    return rc;
+  };
+  if (a.draft == "lookup") {
+    auto draft = decode::LookupDraft::create(session->vocab_size(), session->context_size());
+    if (!draft) return fail(draft.error().message);
+    return speculate(*draft);
+  }
+  model::LoadOptions lo;
+  lo.fp32_reference = a.fp32_reference;
+  auto dw = model::load_weights(a.draft, lo);
+  if (!dw) return fail("--draft: " + dw.error().message);
+  auto draft = Target::create(std::move(*dw), to);
+  if (!draft) return fail("--draft: " + draft.error().message);
+  return speculate(*draft);
 }
 
 }  // namespace

@@ -117,5 +117,21 @@ cp "$tmp/pc.bin" "$tmp/pc_flip.bin"
 printf '\x55' | dd of="$tmp/pc_flip.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
 expect "corrupted prompt cache" 1 "checksum|corrupt" -- --model "$model" --prompt "x" --prompt-cache "$tmp/pc_flip.bin"
 
+# Speculative decoding: greedy output identical to plain decoding with either draft.
+target="$src/models/kjv-target-awq"
+ref=$("$bin" --model "$target" --prompt "And God said" -n 40 --greedy --print-ids 2>/dev/null)
+for d in "--draft $model" "--draft lookup" "--draft $model --adaptive" "--draft $model -k 2 --kv-type f16"; do
+  # shellcheck disable=SC2086
+  got=$("$bin" --model "$target" --prompt "And God said" -n 40 --greedy --print-ids $d 2>"$tmp/spec.err")
+  if [ -n "$ref" ] && [ "$ref" = "$got" ] && grep -q "speculative" "$tmp/spec.err"; then
+    echo "ok   greedy with $d equals plain decoding"
+  else
+    echo "FAIL greedy with $d: '$got' vs '$ref'"; cat "$tmp/spec.err"
+    failures=$((failures + 1))
+  fi
+done
+expect "draft with another vocabulary" 1 "vocab" -- --model "$target" --draft "$src/tests/data/model/llama-fp16" -n 4
+expect "-k 0" 2 "not a number in" -- --model "$target" --draft lookup -k 0
+
 echo "$failures failure(s)"
 [ $failures = 0 ]
