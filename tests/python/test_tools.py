@@ -607,3 +607,45 @@ class ReferenceForwardTest(TmpDirCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TrainTinyTest(unittest.TestCase):
+    """tools/train_tiny.py: the incremental BPE trainer equals the plain one, and the model
+    class computes what tools/reference_forward.py computes for its exported checkpoint."""
+
+    def test_incremental_bpe_equals_plain_bpe(self):
+        import collections
+        import make_test_tokenizers as mtt
+        import train_tiny as tt
+        text = ("In the beginning God created the heaven and the earth. And the earth was "
+                "without form, and void; and darkness was upon the face of the deep. " * 3
+                + "abab ababab aaaa 价格价格 😀😀")
+        words = mtt.byte_level_words(text, mtt.QWEN2_RE)
+        self.assertEqual(tt.train_bpe(collections.Counter(words), 60),
+                         mtt.train_merges(collections.Counter(words), 60))
+
+    def test_exported_checkpoint_matches_reference_forward(self):
+        import train_tiny as tt
+        torch.manual_seed(0)
+        cfg = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256)
+        m = tt.TinyLlama(cfg)
+        with torch.no_grad():  # non-trivial norms so that their export is checked too
+            for name, p in m.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.add_(0.1 * torch.randn_like(p))
+        with tempfile.TemporaryDirectory() as d:
+            tok = os.path.join(d, "tokenizer.json")
+            with open(tok, "w") as f:
+                f.write("{}")
+            tt.export(m, "tiny", tt.Path(d), tt.Path(tok), tt.VOCAB_SIZE - 3)
+            ids = [1, 500, 37, 4000, 12, 9]
+            with torch.no_grad():
+                ours = m(torch.tensor([ids]))[0].double()
+            ref = rf.forward(rf.Model(os.path.join(d, "tiny-fp16"), "fp32"), ids).double()
+            ours16 = tt.TinyLlama(cfg)
+            # the checkpoint is fp16: compare with the model's weights rounded to fp16
+            ours16.load_state_dict({k: v.half().float() for k, v in m.state_dict().items()})
+            with torch.no_grad():
+                ours16_logits = ours16(torch.tensor([ids]))[0].double()
+            self.assertLess((ours16_logits - ref).abs().max().item(), 1e-3)
+            self.assertLess((ours - ref).abs().max().item(), 0.1)
