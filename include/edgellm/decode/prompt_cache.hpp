@@ -61,16 +61,15 @@ namespace detail {
 
 inline constexpr char kPromptCacheMagic[8] = {'E', 'L', 'L', 'M', 'P', 'C', 'T', '1'};
 
-inline std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
+/// The KV blob's checksum (cache::detail::checksum64) over the token ids.
+inline std::uint64_t tokens_checksum(std::span<const std::int32_t> tokens) noexcept {
+  return cache::detail::checksum64(std::as_bytes(tokens));
 }
 
 }  // namespace detail
 
 /// File layout (little-endian): magic "ELLMPCT1", u64 token count n, n x i32 token ids, u64
-/// FNV-1a of the ids, then the state blob (which carries its own header and checksum).
+/// checksum of the ids (tokens_checksum), then the state blob (which carries its own header and checksum).
 /// Written to path.tmp, then renamed. Errors name the file.
 inline status write_prompt_cache(const std::string& path, const PromptCache& c) {
   std::vector<std::byte> out(8 + 8 + 4 * c.tokens.size() + 8);
@@ -83,7 +82,7 @@ inline status write_prompt_cache(const std::string& path, const PromptCache& c) 
   const std::uint64_t n = c.tokens.size();
   put(&n, 8);
   if (n) put(c.tokens.data(), 4 * n);
-  const std::uint64_t h = detail::fnv1a(c.tokens.data(), 4 * n);
+  const std::uint64_t h = detail::tokens_checksum(c.tokens);
   put(&h, 8);
   out.insert(out.end(), c.state.begin(), c.state.end());
   return cache::write_prefix_file(path, out);
@@ -106,7 +105,7 @@ inline result<PromptCache> read_prompt_cache(const std::string& path) {
   c.tokens.resize(n);
   if (n) std::memcpy(c.tokens.data(), b.data() + 16, 4 * n);
   std::memcpy(&h, b.data() + 16 + 4 * n, 8);
-  if (h != detail::fnv1a(c.tokens.data(), 4 * n)) return bad("token ids fail their checksum (corrupted file)");
+  if (h != detail::tokens_checksum(c.tokens)) return bad("token ids fail their checksum (corrupted file)");
   c.state.assign(b.begin() + static_cast<std::ptrdiff_t>(24 + 4 * n), b.end());
   return c;
 }
