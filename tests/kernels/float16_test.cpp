@@ -73,3 +73,12 @@ TEST_CASE("bfloat16 conversions", "[kernels][float16]") {
   REQUIRE(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3F82);
   REQUIRE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
 }
+
+TEST_CASE("f16_to_f32_branchless equals f16_to_f32 for every fp16 value", "[kernels][float16]") {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const auto a = std::bit_cast<std::uint32_t>(f16_to_f32_branchless(static_cast<std::uint16_t>(h)));
+    const auto b = std::bit_cast<std::uint32_t>(f16_to_f32(static_cast<std::uint16_t>(h)));
+    INFO("fp16 bits " << h);
+    REQUIRE(a == b);
+  }
+}

@@ -88,17 +88,6 @@ long mapped_rss_kb(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("f16_to_f32_fast equals f16_to_f32 for every fp16 value", "[model]") {
-  for (std::uint32_t h = 0; h < 65536; ++h) {
-    const auto a = std::bit_cast<std::uint32_t>(
-        edgellm::model::detail::f16_to_f32_fast(static_cast<std::uint16_t>(h)));
-    const auto b =
-        std::bit_cast<std::uint32_t>(edgellm::kernels::f16_to_f32(static_cast<std::uint16_t>(h)));
-    INFO("fp16 bits " << h);
-    REQUIRE(a == b);
-  }
-}
-
 TEST_CASE("dense_matmul matches a double-precision product", "[model]") {
   const DenseType type = GENERATE(DenseType::f32, DenseType::f16, DenseType::bf16);
   const std::size_t k = GENERATE(std::size_t{7}, std::size_t{64}, std::size_t{1037});

@@ -7,6 +7,7 @@
 
 #include "edgellm/io/safetensors.hpp"
 #include "edgellm/kernels/awq.hpp"
+#include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/matmul.hpp"
@@ -63,8 +64,7 @@ struct LoadOptions {
   bool release_source_pages = true;
 };
 
-/// Element type of a dense (unquantised) matrix.
-enum class DenseType { f32, f16, bf16 };
+using kernels::DenseType;
 
 inline const char* to_string(DenseType t) noexcept {
   switch (t) {
@@ -79,25 +79,6 @@ inline const char* to_string(DenseType t) noexcept {
 }
 
 namespace detail {
-
-/// fp16 bits -> fp32, branch-free so that loops over it vectorise: the exponent/mantissa bits
-/// shifted into an fp32 and multiplied by 2^112 rebias normals and renormalise subnormals
-/// exactly; inf/NaN are patched by a select. Equal to kernels::f16_to_f32 for all 65536 inputs
-/// (tested), unless the FPU flushes subnormal inputs to zero (DAZ), which no supported target
-/// enables by default.
-inline float f16_to_f32_fast(std::uint16_t h) noexcept {
-  const std::uint32_t em = h & 0x7FFFu;
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const float mag = std::bit_cast<float>(em << 13) * 0x1p112f;
-  const std::uint32_t mant = em & 0x3FFu;
-  // inf / NaN (quiet bit set for NaN); the select is written as masks so that no branch is left
-  const std::uint32_t special =
-      0x7F800000u | (mant << 13) | (static_cast<std::uint32_t>(mant != 0) << 22);
-  const std::uint32_t is_special = 0u - static_cast<std::uint32_t>(em >= 0x7C00u);
-  const std::uint32_t bits =
-      (special & is_special) | (std::bit_cast<std::uint32_t>(mag) & ~is_special);
-  return std::bit_cast<float>(bits | sign);
-}
 
 inline std::size_t page_size() noexcept {
 #if defined(__unix__) || defined(__APPLE__)
@@ -210,7 +191,9 @@ class DenseMatrix {
   std::size_t k() const noexcept { return k_; }  ///< columns (inputs)
   DenseType type() const noexcept { return type_; }
   bool empty() const noexcept { return data_ == nullptr; }
-  std::size_t element_size() const noexcept { return type_ == DenseType::f32 ? 4 : 2; }
+  std::size_t element_size() const noexcept { return kernels::dense_element_size(type_); }
+  /// The stored elements, [n][k] row-major.
+  const std::byte* data() const noexcept { return data_; }
   /// Bytes of owned memory (0 for a view of a mapped file).
   std::size_t owned_bytes() const noexcept { return owned_ ? n_ * k_ * element_size() : 0; }
 
@@ -226,8 +209,8 @@ class DenseMatrix {
         const auto* p = reinterpret_cast<const std::uint16_t*>(data_) + at;
         std::size_t i = 0;  // fixed-length blocks: vectorised at -O2 too
         for (; i + 16 <= count; i += 16)
-          for (std::size_t l = 0; l < 16; ++l) buf[i + l] = detail::f16_to_f32_fast(p[i + l]);
-        for (; i < count; ++i) buf[i] = detail::f16_to_f32_fast(p[i]);
+          for (std::size_t l = 0; l < 16; ++l) buf[i + l] = kernels::f16_to_f32_branchless(p[i + l]);
+        for (; i < count; ++i) buf[i] = kernels::f16_to_f32_branchless(p[i]);
         return buf;
       }
       case DenseType::bf16: {
@@ -257,51 +240,6 @@ class DenseMatrix {
   detail::AlignedBytes owned_;
 };
 
-namespace detail {
-
-/// Rows [r0, r1) of Y = X W^T + bias for a dense W: Y[i][r] = bias[r] + sum_c X[i][c] W[r][c].
-/// Plain C++ loops shaped for the auto-vectoriser: each output has 16 partial sums in a fixed
-/// order over 512-column chunks, so the result for a row of X is bit-identical whatever m, the
-/// row split or the thread count. W rows are converted to fp32 chunk by chunk, once per block of
-/// up to 64 rows of X.
-/// X: [m][ldx], Y: [m][ldy], bias: [n] or null.
-inline void dense_matmul_rows(const DenseMatrix& w, const float* x, std::size_t ldx, std::size_t m,
-                              const float* bias, float* y, std::size_t ldy, std::size_t r0,
-                              std::size_t r1) noexcept {
-  constexpr std::size_t kChunk = 512, kLanes = 16, kRowBlock = 64;
-  alignas(64) float wbuf[kChunk];
-  alignas(64) float acc[kRowBlock][kLanes];
-  const std::size_t k = w.k();
-  for (std::size_t r = r0; r < r1; ++r) {
-    for (std::size_t i0 = 0; i0 < m; i0 += kRowBlock) {
-      const std::size_t mb = std::min(kRowBlock, m - i0);
-      for (std::size_t ii = 0; ii < mb; ++ii)
-        for (std::size_t l = 0; l < kLanes; ++l) acc[ii][l] = 0.0f;
-      for (std::size_t c0 = 0; c0 < k; c0 += kChunk) {
-        const std::size_t kc = std::min(kChunk, k - c0);
-        const float* wr = w.row_chunk(r, c0, kc, wbuf);
-        for (std::size_t ii = 0; ii < mb; ++ii) {
-          const float* xr = x + (i0 + ii) * ldx + c0;
-          float* a = acc[ii];
-          std::size_t c = 0;
-          for (; c + kLanes <= kc; c += kLanes)
-            for (std::size_t l = 0; l < kLanes; ++l) a[l] += xr[c + l] * wr[c + l];
-          for (; c < kc; ++c) a[c % kLanes] += xr[c] * wr[c];
-        }
-      }
-      for (std::size_t ii = 0; ii < mb; ++ii) {
-        const float* a = acc[ii];
-        float s8[8];
-        for (std::size_t l = 0; l < 8; ++l) s8[l] = a[l] + a[l + 8];
-        const float s = ((s8[0] + s8[4]) + (s8[1] + s8[5])) + ((s8[2] + s8[6]) + (s8[3] + s8[7]));
-        y[(i0 + ii) * ldy + r] = s + (bias ? bias[r] : 0.0f);
-      }
-    }
-  }
-}
-
-}  // namespace detail
-
 /// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of
 /// W are split over `pool` (null: the calling thread); bit-identical for any thread count.
 inline status dense_matmul(const DenseMatrix& w, std::span<const float> x, std::size_t m,
@@ -321,7 +259,12 @@ inline status dense_matmul(const DenseMatrix& w, std::span<const float> x, std::
   }
   const float* b = bias.empty() ? nullptr : bias.data();
   parallel_for(pool, w.n(), [&](std::size_t r0, std::size_t r1) {
-    detail::dense_matmul_rows(w, x.data(), w.k(), m, b, y.data(), w.n(), r0, r1);
+    std::unique_ptr<float[]> scratch;  // widens 16-bit rows once for many activation rows
+    if (const std::size_t f = kernels::dense_scratch_floats(w.k());
+        f > 0 && m > 1 && w.type() != DenseType::f32)
+      scratch.reset(new (std::nothrow) float[f]);
+    kernels::dense_matmul_rows(w.type(), w.data(), w.k(), x.data(), w.k(), m, b, y.data(), w.n(),
+                               r0, r1, scratch.get());
   });
   return {};
 }
