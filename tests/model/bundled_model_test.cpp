@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -192,4 +193,102 @@ TEST_CASE("bundled models: held-out perplexity of int4 weights and of each KV ca
   // fp16 and int8 keys/values: perplexity within 0.5 % of fp32 KV.
   CHECK(std::abs(std::exp(nll_f16) / std::exp(nll_f32) - 1.0) < 0.005);
   CHECK(std::abs(std::exp(nll_q8) / std::exp(nll_f32) - 1.0) < 0.005);
+}
+
+namespace {
+
+/// A KVCache that runs the fp32 cache and the int8 cache side by side on the same keys, values
+/// and queries (the bundled model's own activations, every layer) and keeps per (query, head)
+/// the relative L2 error of the int8 attention output against the fp32 one. The model continues
+/// on the fp32 output, so every layer sees exactly the activations of an fp32-KV run.
+struct DualCache {
+  cache::KVCacheF32 f32;
+  cache::KVCacheQ8 q8;
+  std::vector<float> out_q8;                       // scratch [n_q][heads][head_dim]
+  std::shared_ptr<std::vector<double>> rel_error;  // one per (query, head, layer) attended
+  std::shared_ptr<std::pair<double, double>> sq;   // sums of |error|^2 and |fp32 output|^2
+
+  static result<DualCache> create(std::size_t layers, std::size_t kv_heads, std::size_t head_dim,
+                                  std::size_t capacity) {
+    auto a = cache::KVCacheF32::create(layers, kv_heads, head_dim, capacity);
+    if (!a) return a.error();
+    auto b = cache::KVCacheQ8::create(layers, kv_heads, head_dim, capacity);
+    if (!b) return b.error();
+    return DualCache{std::move(*a), std::move(*b), {}, std::make_shared<std::vector<double>>(),
+                     std::make_shared<std::pair<double, double>>()};
+  }
+  std::size_t layers() const { return f32.layers(); }
+  std::size_t kv_heads() const { return f32.kv_heads(); }
+  std::size_t head_dim() const { return f32.head_dim(); }
+  std::size_t capacity() const { return f32.capacity(); }
+  std::size_t length() const { return f32.length(); }
+  std::size_t bytes() const { return f32.bytes() + q8.bytes(); }
+  status truncate(std::size_t n) {
+    if (auto s = f32.truncate(n); !s) return s;
+    return q8.truncate(n);
+  }
+  status append(std::size_t layer, std::size_t first, std::size_t n, std::span<const float> k,
+                std::span<const float> v) {
+    if (auto s = f32.append(layer, first, n, k, v); !s) return s;
+    return q8.append(layer, first, n, k, v);
+  }
+  status attend(std::size_t layer, std::span<const float> q, std::size_t n_q, std::size_t first,
+                std::size_t heads, std::span<float> out, ThreadPool* pool) {
+    if (auto s = f32.attend(layer, q, n_q, first, heads, out, pool); !s) return s;
+    out_q8.resize(out.size());
+    if (auto s = q8.attend(layer, q, n_q, first, heads, out_q8, pool); !s) return s;
+    const std::size_t hd = head_dim();
+    for (std::size_t i = 0; i < n_q * heads; ++i) {
+      double err = 0.0, ref = 0.0;
+      for (std::size_t d = 0; d < hd; ++d) {
+        const double a = out[i * hd + d], b = out_q8[i * hd + d];
+        err += (a - b) * (a - b);
+        ref += a * a;
+      }
+      rel_error->push_back(std::sqrt(err / std::max(ref, 1e-30)));
+      sq->first += err;
+      sq->second += ref;
+    }
+    return {};
+  }
+};
+static_assert(cache::KVCache<DualCache>);
+
+}  // namespace
+
+TEST_CASE("bundled models: int8 KV attention error on the target's own activations",
+          "[bundled][kv]") {
+  const Ids all = ids_of(*load_json(root() + "/tests/data/bundled/heldout_ids.json").find("ids"));
+  const std::size_t prompt = test::scaled<std::size_t>(512, 128), decode = 32;
+  auto awq = load("kjv-target-awq", false);
+  auto s = session<DualCache>(awq, prompt + decode);
+  const auto errors = s.cache().rel_error;
+  const auto sq = s.cache().sq;
+  // A held-out prompt in one forward (every query of every layer), then single-token decode
+  // steps continuing the held-out text (the shape of attention at decode time).
+  std::vector<float> logits(s.vocab_size());
+  REQUIRE(s.forward(std::span(all).first(prompt), decode::LogitsMode::last, logits));
+  for (std::size_t t = 0; t < decode; ++t)
+    REQUIRE(s.forward(std::span(all).subspan(prompt + t, 1), decode::LogitsMode::last, logits));
+  const std::vector<double>& e = *errors;
+  const auto& c = awq->config;
+  REQUIRE(e.size() == c.num_hidden_layers * c.num_attention_heads * (prompt + decode));
+  std::vector<double> sorted = e;
+  std::sort(sorted.begin(), sorted.end());
+  double sum = 0.0;
+  for (double v : e) sum += v;
+  const double mean = sum / static_cast<double>(e.size());
+  const double total = std::sqrt(sq->first / sq->second);
+  const double p99 = sorted[sorted.size() * 99 / 100];
+  WARN("int8 vs fp32 KV attention output on kjv-target-awq activations ("
+       << e.size() << " (query, head, layer) outputs): relative L2 error of all outputs "
+       << total * 100 << " %, per output mean " << mean * 100 << " %, p99 " << p99 * 100
+       << " %, worst " << sorted.back() * 100 << " %");
+  // The bar: 1 % of the fp32 result, over the whole attention output and on average per head.
+  CHECK(total <= 0.01);
+  CHECK(mean <= 0.01);
+  // The tail is where a head's softmax is sharp and split between two positions with different
+  // values: the key rounding (half a step, amax / 254) moves the split. Measured p99 ~3.7 %; a
+  // regression guard, not a bar.
+  CHECK(p99 <= 0.06);
 }
