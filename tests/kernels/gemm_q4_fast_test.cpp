@@ -59,7 +59,8 @@ TEST_CASE("fast path: every ISA level equals the scalar twin and stays within th
       continue;
     }
     for (std::size_t G : {32, 64, 128}) {
-      for (std::size_t m : small ? std::vector<std::size_t>{1, 9} : std::vector<std::size_t>{1, 2, 3, 8, 9, 17, 130}) {
+      for (std::size_t m : small ? std::vector<std::size_t>{1, 6, 9}
+                                 : std::vector<std::size_t>{1, 2, 3, 5, 6, 7, 8, 9, 14, 17, 130}) {
         const std::size_t n = small ? 21 : (m * 13) % 70 + 5;
         const std::size_t k = G * (m % 2 ? 3 : 1) + (small ? 0 : G * (m > 8 ? 28 : 0));
         auto w = test::random_q4(rng, n, k, G,

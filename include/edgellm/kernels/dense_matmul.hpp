@@ -123,48 +123,61 @@ inline xsimd::batch<float, Arch> dense_load(const std::byte* row, std::size_t c)
   }
 }
 
-/// R dot products of one activation row x[k] with the W rows at `rows[0..R)`: out[r] =
-/// sum_c x[c] W[r][c]. Per output: 16 partial sums (NACC batches of L lanes, each lane a chain
-/// of explicit FMAs over the columns it owns, the k mod L tail zero-padded into one more batch),
-/// the batches added in order, then a horizontal sum. The arithmetic of an output depends on k,
-/// x and its own W row only: not on R, m, the row split or the thread count.
-template <class Arch, DenseType T, std::size_t R>
-inline void dense_dots(const std::byte* const* rows, std::size_t k, const float* x,
-                       float* out) noexcept {
+/// MI x R dot products: out[i][r] = sum_c xs[i][c] W[r][c] for the W rows at rows[0..R) and the
+/// activation rows xs[0..MI). Each 16-bit W element is widened once for all MI activation rows.
+/// Per output: 16 partial sums (NACC batches of L lanes, each lane a chain of explicit FMAs over
+/// the columns it owns, the k mod L tail zero-padded into one more batch), the batches added in
+/// order, then a horizontal sum. The arithmetic of an output depends on k, its x row and its W
+/// row only: not on R, MI, m, the row split or the thread count.
+template <class Arch, DenseType T, std::size_t R, std::size_t MI>
+inline void dense_dots(const std::byte* const* rows, std::size_t k, const float* const* xs,
+                       float (*out)[R]) noexcept {
   using fbatch = xsimd::batch<float, Arch>;
   constexpr std::size_t L = fbatch::size;
   constexpr std::size_t NACC = L >= 16 ? 1 : 16 / L;
-  fbatch acc[R][NACC];
-  for (std::size_t r = 0; r < R; ++r)
-    for (std::size_t a = 0; a < NACC; ++a) acc[r][a] = fbatch(0.0f);
+  fbatch acc[MI][R][NACC];
+  for (std::size_t i = 0; i < MI; ++i)
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t a = 0; a < NACC; ++a) acc[i][r][a] = fbatch(0.0f);
   std::size_t c = 0;
   for (; c + L * NACC <= k; c += L * NACC) {
     for (std::size_t a = 0; a < NACC; ++a) {
-      const fbatch xv = fbatch::load_unaligned(x + c + a * L);
-      for (std::size_t r = 0; r < R; ++r)
-        acc[r][a] = xsimd::fma(xv, dense_load<Arch, T>(rows[r], c + a * L), acc[r][a]);
+      fbatch wv[R];
+      for (std::size_t r = 0; r < R; ++r) wv[r] = dense_load<Arch, T>(rows[r], c + a * L);
+      for (std::size_t i = 0; i < MI; ++i) {
+        const fbatch xv = fbatch::load_unaligned(xs[i] + c + a * L);
+        for (std::size_t r = 0; r < R; ++r) acc[i][r][a] = xsimd::fma(xv, wv[r], acc[i][r][a]);
+      }
     }
   }
   std::size_t a = 0;  // stays < NACC: fewer than L * NACC columns are left
   for (; c + L <= k; c += L, ++a) {
-    const fbatch xv = fbatch::load_unaligned(x + c);
-    for (std::size_t r = 0; r < R; ++r)
-      acc[r][a] = xsimd::fma(xv, dense_load<Arch, T>(rows[r], c), acc[r][a]);
+    fbatch wv[R];
+    for (std::size_t r = 0; r < R; ++r) wv[r] = dense_load<Arch, T>(rows[r], c);
+    for (std::size_t i = 0; i < MI; ++i) {
+      const fbatch xv = fbatch::load_unaligned(xs[i] + c);
+      for (std::size_t r = 0; r < R; ++r) acc[i][r][a] = xsimd::fma(xv, wv[r], acc[i][r][a]);
+    }
   }
   if (c < k) {  // the last k mod L columns, zero-padded to a batch: explicit FMA again, so that
                 // no compiler contraction choice can make two instances of this code differ
-    alignas(64) float xt[L] = {}, wt[L] = {};
-    for (std::size_t cc = c; cc < k; ++cc) xt[cc - c] = x[cc];
-    const fbatch xv = fbatch::load_aligned(xt);
-    for (std::size_t r = 0; r < R; ++r) {
-      for (std::size_t cc = c; cc < k; ++cc) wt[cc - c] = dense_element<T>(rows[r], cc);
-      acc[r][a] = xsimd::fma(xv, fbatch::load_aligned(wt), acc[r][a]);
+    alignas(64) float wt[R][L] = {};
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t cc = c; cc < k; ++cc) wt[r][cc - c] = dense_element<T>(rows[r], cc);
+    for (std::size_t i = 0; i < MI; ++i) {
+      alignas(64) float xt[L] = {};
+      for (std::size_t cc = c; cc < k; ++cc) xt[cc - c] = xs[i][cc];
+      const fbatch xv = fbatch::load_aligned(xt);
+      for (std::size_t r = 0; r < R; ++r)
+        acc[i][r][a] = xsimd::fma(xv, fbatch::load_aligned(wt[r]), acc[i][r][a]);
     }
   }
-  for (std::size_t r = 0; r < R; ++r) {
-    fbatch s = acc[r][0];
-    for (std::size_t b = 1; b < NACC; ++b) s += acc[r][b];
-    out[r] = xsimd::hadd(s);
+  for (std::size_t i = 0; i < MI; ++i) {
+    for (std::size_t r = 0; r < R; ++r) {
+      fbatch s = acc[i][r][0];
+      for (std::size_t b = 1; b < NACC; ++b) s += acc[i][r][b];
+      out[i][r] = xsimd::hadd(s);
+    }
   }
 }
 
@@ -185,21 +198,53 @@ constexpr bool dense_widen_in_hardware() noexcept {
   return L == 0;
 }
 
+/// Rows of W per block and activation rows per register block (R x MI x NACC accumulators).
+template <class Arch>
+constexpr std::size_t dense_block_rows() noexcept {
+  return xsimd::batch<float, Arch>::size >= 16 ? 8 : 4;
+}
+template <class Arch>
+constexpr std::size_t dense_block_x_rows() noexcept {
+  constexpr std::size_t L = xsimd::batch<float, Arch>::size;
+  return L >= 16 ? 2 : 1;  // AVX-512: 8 x 2 accumulators + 8 widened rows fit 32 registers
+}
+
 template <class Arch, DenseType T>
 void dense_matmul_rows_typed(const std::byte* w, std::size_t k, const float* x, std::size_t ldx,
                              std::size_t m, const float* bias, float* y, std::size_t ldy,
                              std::size_t r0, std::size_t r1, float* scratch) noexcept {
-  constexpr std::size_t R = xsimd::batch<float, Arch>::size >= 16 ? 8 : 4;
+  constexpr std::size_t R = dense_block_rows<Arch>(), MI = dense_block_x_rows<Arch>();
   const std::size_t row_bytes = k * dense_element_size(T);
-  // With several activation rows, a 16-bit block is widened once into scratch[R][k] and every
-  // row of X reads the fp32 copy: the same values, so the same bits as widening per row.
+  // Without a widening instruction, a 16-bit block is widened once into scratch[R][k] for many
+  // activation rows: the same values, so the same bits as widening on the fly.
   const bool widen_once =
       T != DenseType::f32 && !dense_widen_in_hardware<Arch>() && m > 1 && scratch != nullptr;
+  // out[i][j] += ...: Y[i0 + i][r + j] for a block of RB W rows and IB activation rows
+  const auto block = [&]<DenseType TT, std::size_t RB>(const std::byte* const* rows, std::size_t r) {
+    std::size_t i = 0;
+    const auto store = [&]<std::size_t IB>(const float (*out)[RB], std::size_t i0) {
+      for (std::size_t ii = 0; ii < IB; ++ii)
+        for (std::size_t j = 0; j < RB; ++j)
+          y[(i0 + ii) * ldy + r + j] = out[ii][j] + (bias ? bias[r + j] : 0.0f);
+    };
+    for (; i + MI <= m; i += MI) {
+      const float* xs[MI];
+      for (std::size_t ii = 0; ii < MI; ++ii) xs[ii] = x + (i + ii) * ldx;
+      float out[MI][RB];
+      dense_dots<Arch, TT, RB, MI>(rows, k, xs, out);
+      store.template operator()<MI>(out, i);
+    }
+    for (; i < m; ++i) {
+      const float* xs[1] = {x + i * ldx};
+      float out[1][RB];
+      dense_dots<Arch, TT, RB, 1>(rows, k, xs, out);
+      store.template operator()<1>(out, i);
+    }
+  };
   std::size_t r = r0;
   for (; r + R <= r1; r += R) {
     const std::byte* rows[R];
     for (std::size_t j = 0; j < R; ++j) rows[j] = w + (r + j) * row_bytes;
-    float out[R];
     if (widen_once) {
       const std::byte* wide[R];
       for (std::size_t j = 0; j < R; ++j) {
@@ -207,26 +252,14 @@ void dense_matmul_rows_typed(const std::byte* w, std::size_t k, const float* x, 
         for (std::size_t c = 0; c < k; ++c) dst[c] = dense_element<T>(rows[j], c);
         wide[j] = reinterpret_cast<const std::byte*>(dst);
       }
-      for (std::size_t i = 0; i < m; ++i) {
-        dense_dots<Arch, DenseType::f32, R>(wide, k, x + i * ldx, out);
-        for (std::size_t j = 0; j < R; ++j)
-          y[i * ldy + r + j] = out[j] + (bias ? bias[r + j] : 0.0f);
-      }
+      block.template operator()<DenseType::f32, R>(wide, r);
     } else {
-      for (std::size_t i = 0; i < m; ++i) {
-        dense_dots<Arch, T, R>(rows, k, x + i * ldx, out);
-        for (std::size_t j = 0; j < R; ++j)
-          y[i * ldy + r + j] = out[j] + (bias ? bias[r + j] : 0.0f);
-      }
+      block.template operator()<T, R>(rows, r);
     }
   }
-  for (; r < r1; ++r) {  // the last < R rows, one at a time (same per-row arithmetic)
+  for (; r < r1; ++r) {  // the last < R rows, one at a time (same per-output arithmetic)
     const std::byte* row = w + r * row_bytes;
-    for (std::size_t i = 0; i < m; ++i) {
-      float out;
-      dense_dots<Arch, T, 1>(&row, k, x + i * ldx, &out);
-      y[i * ldy + r] = out + (bias ? bias[r] : 0.0f);
-    }
+    block.template operator()<T, 1>(&row, r);
   }
 }
 
@@ -238,7 +271,7 @@ void dense_matmul_rows_typed(const std::byte* w, std::size_t k, const float* x, 
 template <class Arch = xsimd::default_arch>
 constexpr std::size_t dense_scratch_floats(std::size_t k) noexcept {
   if (detail::dense_widen_in_hardware<Arch>()) return 0;
-  return (xsimd::batch<float, Arch>::size >= 16 ? 8 : 4) * k;
+  return detail::dense_block_rows<Arch>() * k;
 }
 
 /// Rows [r0, r1) of Y = X W^T + bias. W: [n][k] of type t, row-major, any alignment;

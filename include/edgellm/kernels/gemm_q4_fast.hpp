@@ -33,8 +33,8 @@ namespace edgellm::kernels {
 ///       const std::int8_t* xq, std::size_t ldq,     // MR rows of int8 activations
 ///       const float* dx, const std::int32_t* xs, std::size_t lds,  // MR rows of scales/sums
 ///       float* out)               // [MR][16] running sums in and out (no bias), 64-byte aligned
-/// continuing, for the given groups, exactly reference::gemm_q4_fast's fma chain, for MR in
-/// {1, mr}. `tiles`, `xq`, `dx` and `xs` point at the first group of the range.
+/// continuing, for the given groups, exactly reference::gemm_q4_fast's fma chain, for every MR
+/// in [1, mr]. `tiles`, `xq`, `dx` and `xs` point at the first group of the range.
 
 /// gemm_f32_qa8g<G>_qa4g<G>p16x8_<MR>x16_generic: portable xsimd microkernel. 32-bit lane r
 /// of each code word is row r; codes are extracted with shifts and masks and multiplied in
@@ -95,6 +95,27 @@ inline constexpr std::size_t kGemmFastRowBlock = 128;
 inline constexpr std::size_t kGemmFastKBlock = 2048;
 }  // namespace detail
 
+namespace detail {
+/// Micro::run<G, R> for the runtime row count rows in [1, R]: every count has its own register
+/// block, so a speculative verification of 2..7 tokens unpacks each code block once, not once
+/// per token. The integer dot products are exact and each row's fp32 epilogue is the same
+/// chain for any R, so the bits do not depend on how rows are grouped.
+template <class Micro, std::size_t G, std::size_t R = Micro::mr>
+inline void run_micro_rows(std::size_t rows, const Q4Tile<G>* tiles, std::size_t ng,
+                           const std::int8_t* xq, std::size_t ldq, const float* dx,
+                           const std::int32_t* xs, std::size_t lds, float* out) noexcept {
+  if constexpr (R <= 1) {
+    Micro::template run<G, 1>(tiles, ng, xq, ldq, dx, xs, lds, out);
+  } else {
+    if (rows == R) {
+      Micro::template run<G, R>(tiles, ng, xq, ldq, dx, xs, lds, out);
+    } else {
+      run_micro_rows<Micro, G, R - 1>(rows, tiles, ng, xq, ldq, dx, xs, lds, out);
+    }
+  }
+}
+}  // namespace detail
+
 /// Runs the fast path for output tiles [t_begin, t_end) and all rows of `a`:
 /// Y[i][r] = bias[r] + (W4A8 product), Y: [m][ldy]. Blocked over rows (MB), inputs (KB) and
 /// tiles; partial sums of a K block are parked in Y itself, so a later block continues the
@@ -119,7 +140,7 @@ void gemm_q4_fast_tiles(const Q4Matrix& w, const Q8ActivationsView& a,
         const Q4Tile<G>* tiles = w.tile<G>(t, g0);
         const std::size_t row0 = t * 16, cols = std::min<std::size_t>(16, n - row0);
         for (std::size_t i = i0; i < i1;) {
-          const std::size_t rows = i + MR <= i1 ? MR : 1;
+          const std::size_t rows = std::min(MR, i1 - i);
           if (first) {
             std::fill(out, out + rows * 16, 0.0f);
           } else {
@@ -128,13 +149,8 @@ void gemm_q4_fast_tiles(const Q4Matrix& w, const Q8ActivationsView& a,
                 out[ii * 16 + c] = c < cols ? y[(i + ii) * ldy + row0 + c] : 0.0f;
           }
           const std::int8_t* xq = a.q + i * k + g0 * G;
-          if (rows == MR) {
-            Micro::template run<G, MR>(tiles, g1 - g0, xq, k, a.scale + i * ng + g0,
-                                       a.sum + i * ng + g0, ng, out);
-          } else {
-            Micro::template run<G, 1>(tiles, g1 - g0, xq, k, a.scale + i * ng + g0,
-                                      a.sum + i * ng + g0, ng, out);
-          }
+          detail::run_micro_rows<Micro, G>(rows, tiles, g1 - g0, xq, k, a.scale + i * ng + g0,
+                                           a.sum + i * ng + g0, ng, out);
           for (std::size_t ii = 0; ii < rows; ++ii)
             for (std::size_t c = 0; c < cols; ++c)
               y[(i + ii) * ldy + row0 + c] =
