@@ -82,6 +82,8 @@ constexpr std::string_view kUsage =
     "  --kv-type int8|f16|f32    KV cache (default int8, as edgellm-generate; --kv is an alias)\n"
     "  --seed N                  sampling seed (default 1)\n"
     "  --no-lock                 do not mlock the packed weights\n"
+    "  --draft-lm-head q4|as_stored   the draft's lm_head: int4 at load or as stored (default)\n"
+    "  --target-lm-head q4|as_stored  the same for the target (both arms of the comparison)\n"
     "  --cost-model              measure verify/draft costs and project speedups instead\n"
     "  --acceptance A|measured   cost model: acceptance rate (default 0.7)\n"
     "  --context P               cost model: tokens held by the models while timing (default 64)\n";
@@ -99,6 +101,8 @@ struct Args {
   std::string kv = "int8";
   std::uint64_t seed = 1;
   bool lock = true;
+  model::LmHeadFormat draft_lm_head = model::LmHeadFormat::as_stored;
+  model::LmHeadFormat target_lm_head = model::LmHeadFormat::as_stored;
   bool cost_model = false;
   std::string acceptance = "0.7";
   std::size_t context = 64;
@@ -157,7 +161,8 @@ std::string short_name(const std::string& dir) {
   return p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
 }
 
-WeightsPtr load(const std::string& dir, bool lock) {
+WeightsPtr load(const std::string& dir, bool lock,
+                model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored) {
   if (!fs::exists(dir)) {
     die(
         fmt::format("{}: not found (the bundled models are written by tools/train_tiny.py; pass "
@@ -165,7 +170,9 @@ WeightsPtr load(const std::string& dir, bool lock) {
                     dir));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto w = model::load_weights(dir);
+  model::LoadOptions lo;
+  lo.lm_head = lm_head;
+  auto w = model::load_weights(dir, lo);
   if (!w) die(w.error().message);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   bool locked = lock;
@@ -180,9 +187,11 @@ WeightsPtr load(const std::string& dir, bool lock) {
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
         lock_linear(*p);
   }
-  bench::note("[spec] {}: loaded in {:.2f} s, {} layers, hidden {}, vocab {}, {:.1f} MB owned ({})",
+  bench::note("[spec] {}: loaded in {:.2f} s, {} layers, hidden {}, vocab {}, lm_head {}, {:.1f} "
+              "MB owned ({})",
               dir, s, (*w)->config.num_hidden_layers, (*w)->config.hidden_size,
-              (*w)->config.vocab_size, static_cast<double>((*w)->owned_bytes()) / 1e6,
+              (*w)->config.vocab_size, (*w)->lm_head.quantized() ? "int4" : "as stored",
+              static_cast<double>((*w)->owned_bytes()) / 1e6,
               locked ? "mlocked" : "not locked");
   return *w;
 }
@@ -367,10 +376,10 @@ E2eResult run_config(Target& target, Draft& draft, const decode::SpeculativeOpti
 template <class Cache>
 int run_e2e(const Args& a, const bench::options& opts, const std::string& target_dir,
             const std::vector<std::string>& drafts) {
-  const WeightsPtr tw = load(target_dir, a.lock);
+  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head);
   std::map<std::string, WeightsPtr> dws;
   for (const auto& d : drafts)
-    if (d != "lookup" && !dws.count(d)) dws[d] = load(d, a.lock);
+    if (d != "lookup" && !dws.count(d)) dws[d] = load(d, a.lock, a.draft_lm_head);
   const std::size_t V = tw->config.vocab_size;
   for (const auto& [d, w] : dws) {
     if (w->config.vocab_size != V)
@@ -506,8 +515,9 @@ std::size_t simulate_adaptive(double alpha, const std::vector<double>& verify, d
 template <class Cache>
 int run_cost_model(const Args& a, const bench::options& opts, const std::string& target_dir,
                    const std::string& draft_dir) {
-  const WeightsPtr tw = load(target_dir, a.lock);
-  const WeightsPtr dw = draft_dir == "lookup" ? nullptr : load(draft_dir, a.lock);
+  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head);
+  const WeightsPtr dw =
+      draft_dir == "lookup" ? nullptr : load(draft_dir, a.lock, a.draft_lm_head);
   const std::size_t V = tw->config.vocab_size;
   const std::size_t P = a.context, K = a.k_max;
   const int reps = opts.reps_or(opts.quick ? 3 : 20);
@@ -678,6 +688,11 @@ int main(int argc, char** argv) {
       a.seed = to_size(key, next(), 0);
     } else if (key == "--no-lock") {
       a.lock = false;
+    } else if (key == "--draft-lm-head" || key == "--target-lm-head") {
+      const std::string v = next();
+      if (v != "q4" && v != "as_stored") die(key + ": expected q4 or as_stored", 2);
+      (key == "--draft-lm-head" ? a.draft_lm_head : a.target_lm_head) =
+          v == "q4" ? model::LmHeadFormat::q4 : model::LmHeadFormat::as_stored;
     } else if (key == "--cost-model") {
       a.cost_model = true;
     } else if (key == "--acceptance") {
