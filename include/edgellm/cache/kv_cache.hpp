@@ -156,6 +156,18 @@ inline void store_le32(std::byte* p, std::uint32_t v) noexcept {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
 }
 
+/// The number of positions a prefix blob says it holds (its header's length field), without
+/// checking the rest: callers that pair a blob with other data (a prompt cache's token ids)
+/// compare before import_prefix() checks everything else. Error if too short or bad magic.
+inline result<std::uint64_t> prefix_blob_length(std::span<const std::byte> blob) {
+  if (blob.size() < kPrefixHeaderBytes || std::memcmp(blob.data(), kPrefixMagic, 8) != 0) {
+    return make_error(errc::format_error, "prefix_blob_length",
+                      "not a KV prefix blob (bad magic or shorter than its " +
+                          std::to_string(kPrefixHeaderBytes) + "-byte header)");
+  }
+  return load_le64(blob.data() + 32 + 3 * 8);
+}
+
 /// FNV-1a over 64-bit little-endian words (then single bytes for the tail), finished with
 /// MurmurHash3's fmix64 so every input bit reaches every output bit. Each step is a bijection
 /// of the state for a given word, so any change confined to one word always changes the result.

@@ -51,9 +51,14 @@ status save_prompt_cache(const M& model, std::span<const std::int32_t> tokens, P
 }
 
 /// Restores `c` into `model` (position() becomes c.tokens.size()). On error the model is
-/// unchanged.
+/// unchanged; a state that holds another number of positions than c.tokens is refused.
 template <PrefixModel M>
 status restore_prompt_cache(M& model, const PromptCache& c) {
+  if (auto held = cache::detail::prefix_blob_length(c.state); held && *held != c.tokens.size()) {
+    return make_error(errc::invalid_argument, "restore_prompt_cache",
+                      "the state holds " + std::to_string(*held) + " positions but the cache has " +
+                          std::to_string(c.tokens.size()) + " token ids");
+  }
   return model.load_prefix(c.state);
 }
 
@@ -79,11 +84,13 @@ inline status write_prompt_cache(const std::string& path, const PromptCache& c) 
     at += n;
   };
   put(detail::kPromptCacheMagic, 8);
-  const std::uint64_t n = c.tokens.size();
-  put(&n, 8);
-  if (n) put(c.tokens.data(), 4 * n);
-  const std::uint64_t h = detail::tokens_checksum(c.tokens);
-  put(&h, 8);
+  cache::detail::store_le64(out.data() + at, c.tokens.size());
+  at += 8;
+  for (const std::int32_t id : c.tokens) {
+    cache::detail::store_le32(out.data() + at, static_cast<std::uint32_t>(id));
+    at += 4;
+  }
+  cache::detail::store_le64(out.data() + at, detail::tokens_checksum(c.tokens));
   out.insert(out.end(), c.state.begin(), c.state.end());
   return cache::write_prefix_file(path, out);
 }
@@ -98,15 +105,19 @@ inline result<PromptCache> read_prompt_cache(const std::string& path) {
   const std::vector<std::byte>& b = *bytes;
   if (b.size() < 24 || std::memcmp(b.data(), detail::kPromptCacheMagic, 8) != 0)
     return bad("not an edgellm prompt cache (bad magic or too short)");
-  std::uint64_t n = 0, h = 0;
-  std::memcpy(&n, b.data() + 8, 8);
+  const std::uint64_t n = cache::detail::load_le64(b.data() + 8);
   if (n > (b.size() - 24) / 4) return bad("token count " + std::to_string(n) + " exceeds the file size");
   PromptCache c;
   c.tokens.resize(n);
-  if (n) std::memcpy(c.tokens.data(), b.data() + 16, 4 * n);
-  std::memcpy(&h, b.data() + 16 + 4 * n, 8);
+  for (std::size_t i = 0; i < n; ++i)
+    c.tokens[i] = static_cast<std::int32_t>(cache::detail::load_le32(b.data() + 16 + 4 * i));
+  const std::uint64_t h = cache::detail::load_le64(b.data() + 16 + 4 * n);
   if (h != detail::tokens_checksum(c.tokens)) return bad("token ids fail their checksum (corrupted file)");
   c.state.assign(b.begin() + static_cast<std::ptrdiff_t>(24 + 4 * n), b.end());
+  if (auto held = cache::detail::prefix_blob_length(c.state); held && *held != n) {
+    return bad("its state holds " + std::to_string(*held) + " positions but it has " +
+               std::to_string(n) + " token ids");
+  }
   return c;
 }
 
