@@ -403,7 +403,14 @@ int run(const Args& a, Loaded& m, ThreadPool* pool) {
   }
   model::LoadOptions lo;
   lo.fp32_reference = a.fp32_reference;
+  // The draft only proposes (the target decides every token), so its lm_head runs in int4:
+  // no effect on the output, most of a small draft's step saved.
+  lo.lm_head = model::LmHeadFormat::q4;
   auto dw = model::load_weights(a.draft, lo);
+  if (!dw && !a.fp32_reference) {  // e.g. a hidden size no int4 group divides: as stored
+    lo.lm_head = model::LmHeadFormat::as_stored;
+    dw = model::load_weights(a.draft, lo);
+  }
   if (!dw) return fail("--draft: " + dw.error().message);
   auto draft = Target::create(std::move(*dw), to);
   if (!draft) return fail("--draft: " + draft.error().message);
