@@ -401,7 +401,11 @@ concept DraftWithProposalHint = requires(const D& d) {
 /// next verification forward. So stopping wastes no forward and the last prompt token is
 /// forwarded together with the first drafts. The draft lags behind as it likes and catches up by
 /// forwarding what it lacks in one call when it next drafts (nothing is forwarded through the
-/// draft while adaptive mode decodes plainly).
+/// draft while adaptive mode decodes plainly). In adaptive mode a model draft that lags by more
+/// than kCatchUpWindow tokens (after plain decoding) is not replayed over the whole gap, which
+/// would cost a prefill of every plainly decoded token: it restarts on the last kCatchUpWindow
+/// tokens of the sequence (at positions from 0). A draft only proposes, so its shorter context
+/// can cost acceptance, never exactness.
 ///
 /// Context. A step needs the target to hold the sequence minus the pending token plus k more,
 /// and the draft the sequence plus k - 1: k is clamped to what both contexts allow (0 if only
@@ -507,6 +511,10 @@ class SpeculativeDecoder {
     // both are truncated, both hold a prefix of `prompt`, whatever fails later: record it.
     const std::size_t limit = std::min(common, prompt.size() - 1);
     if (auto st = truncate_to(*target_, limit); !st) return st;
+    if (doff_ != 0) {  // the draft holds a window, not a prefix: start it over
+      if (auto st = draft_->truncate(0); !st) return st;
+      doff_ = 0;
+    }
     if (auto st = truncate_to(*draft_, limit); !st) return st;
     begun_ = false;
     seq_.assign(prompt.begin(), prompt.end());
@@ -553,9 +561,16 @@ class SpeculativeDecoder {
     std::size_t drafted = 0;
     double catch_up_s = 0.0;
     if (k > 0) {
-      std::size_t from = std::min(draft_->position(), S - 1);
-      if (from != draft_->position()) {
-        if (auto st = draft_->truncate(from); !st) return st;
+      std::size_t from = std::min(draft_pos(), S - 1);
+      if (from != draft_pos()) {
+        if (auto st = draft_->truncate(from - doff_); !st) return st;
+      }
+      if constexpr (!DraftWithProposalHint<Draft>) {  // lookup drafts need all their history
+        if (adaptive_ && S - 1 - from > kCatchUpWindow) {
+          if (auto st = draft_->truncate(0); !st) return fail(S, st);
+          doff_ = S - 1 - kCatchUpWindow;
+          from = doff_;
+        }
       }
       // The draft lags by one or two tokens after a step, by many after plain steps. A long
       // gap is forwarded first on its own (a prefill, not part of a draft step's cost, which
@@ -622,8 +637,8 @@ class SpeculativeDecoder {
     emit_.push_back(last);
     // Roll back to what was emitted: the target keeps pending + d1..dn, the draft at most that.
     if (auto st = target_->truncate(S + n); !st) return fail(S, st);
-    if (draft_->position() > S + n) {
-      if (auto st = draft_->truncate(S + n); !st) return fail(S, st);
+    if (draft_pos() > S + n) {
+      if (auto st = draft_->truncate(S + n - doff_); !st) return fail(S, st);
     }
     const auto t2 = clock::now();
 
@@ -673,6 +688,12 @@ class SpeculativeDecoder {
     scratch_.assign(V_, 0.0);
   }
 
+  /// Longest gap a lagging model draft replays in adaptive mode (see the class comment).
+  static constexpr std::size_t kCatchUpWindow = 64;
+
+  /// The draft's position in sequence coordinates: it holds seq_[doff_, doff_ + position()).
+  std::size_t draft_pos() const { return doff_ + draft_->position(); }
+
   static double seconds_since(clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();
   }
@@ -694,7 +715,7 @@ class SpeculativeDecoder {
   // A failed step: put both models back where the step found them.
   status fail(std::size_t S, status st) {
     if (target_->position() > S - 1) (void)target_->truncate(S - 1);
-    if (draft_->position() > S) (void)draft_->truncate(S);
+    if (draft_pos() > S) (void)draft_->truncate(S - doff_);
     return st;
   }
 
@@ -735,6 +756,7 @@ class SpeculativeDecoder {
 
   Target* target_;
   Draft* draft_;
+  std::size_t doff_ = 0;  // sequence index of the draft's position 0 (see kCatchUpWindow)
   SpeculativeOptions options_;
   bool adaptive_;
   AdaptiveDraftLength control_;
