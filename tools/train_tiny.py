@@ -15,6 +15,16 @@ Stages (each resumable; `all` runs them in order):
              draft learns to guess what the target will say (speculative decoding accepts
              exactly those guesses). Checkpoints (models, optimisers, RNG, step) go to
              --work every --save-every steps; a rerun resumes from the latest one.
+  distill    on-policy distillation of the exported draft (DistillSpec-style): --sequences
+             prompts cut from the *training* books, each continued greedily for 128 tokens by
+             the exported int4 target run by edgellm itself (`edgellm-generate --print-ids`,
+             so the labels are exactly what the target emits at decode time); the draft
+             (loaded from --out/kjv-draft-fp16) is fine-tuned for --steps steps on those
+             sequences: KL(target || draft) at every position (the fp32 target as teacher;
+             keeps the draft calibrated for sampled speculation, which accepts with
+             min(1, p/q)) plus --hard-weight x cross-entropy on the target's greedy tokens
+             (greedy speculation accepts a drafted token iff it is the target's choice), and
+             re-exported. Continuations of held-out text are never used.
   export     HF checkpoints under --out: <name>-fp16/ (model.safetensors, config.json,
              generation_config.json, tokenizer.json) and <name>-awq/ (decoder linears in
              AutoAWQ gemm layout, round-to-nearest, group 128), the held-out text, and the
@@ -22,6 +32,7 @@ Stages (each resumable; `all` runs them in order):
 
 Deterministic: fixed seeds for data order and initialisation, torch single-process.
 Usage: /usr/bin/python3 tools/train_tiny.py all [--minutes 90] [--work build/train] [--out models]
+       /usr/bin/python3 tools/train_tiny.py distill --steps 600 --lr 1e-3   (after `all`)
        /usr/bin/python3 tools/train_tiny.py bench       (training tokens/s per model, 20 steps)
 """
 
@@ -362,6 +373,109 @@ def train(a, train_ids: np.ndarray, held_ids: np.ndarray):
     return models, log
 
 
+# ----------------------------------------------------------------------------- distill
+
+DISTILL_PROMPT, DISTILL_GEN = 64, 128
+
+
+def generate_onpolicy(a, train_ids: np.ndarray, work: Path, out: Path) -> np.ndarray:
+    """[sequences, DISTILL_PROMPT + DISTILL_GEN] token ids: training-text prompts and the int4
+    target's greedy continuations, cached in --work."""
+    cache = work / f"onpolicy-{a.sequences}.npy"
+    if cache.exists():
+        return np.load(cache)
+    exe = Path(a.generate_bin)
+    if not exe.is_file():
+        raise SystemExit(f"distill: {exe} not found; build it first (cmake --preset release && "
+                         f"cmake --build --preset release --target edgellm-generate)")
+    rng = np.random.default_rng(7)
+    starts = rng.integers(0, len(train_ids) - DISTILL_PROMPT - 1, size=a.sequences)
+    prompts = [train_ids[s:s + DISTILL_PROMPT].astype(np.int64) for s in starts]
+
+    def run(prompt):
+        cmd = [str(exe), "--model", str(out / "kjv-target-awq"), "--prompt-ids",
+               ",".join(map(str, prompt)), "--greedy", "-n", str(DISTILL_GEN), "--ignore-eos",
+               "--print-ids", "--threads", "1"]
+        r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        gen = json.loads(r.stdout.strip().splitlines()[-1])
+        if len(gen) != DISTILL_GEN:
+            raise SystemExit(f"distill: {exe} returned {len(gen)} ids, expected {DISTILL_GEN}")
+        return np.concatenate([prompt, np.asarray(gen, dtype=np.int64)])
+
+    import concurrent.futures
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.threads) as ex:
+        seqs = np.stack(list(ex.map(run, prompts)))
+    print(f"distill: {len(seqs)} target continuations in {time.time() - t0:.0f}s", flush=True)
+    np.save(cache, seqs)
+    return seqs
+
+
+def load_exported(name: str, out: Path) -> TinyLlama:
+    """The fp16 export of `name` back as a TinyLlama (inverse of export()'s renaming)."""
+    m = TinyLlama(MODELS[name])
+    t = st.load_file(str(out / f"{name}-fp16" / "model.safetensors"))
+    sd = {}
+    for k in m.state_dict():
+        hf = "model." + k
+        if k.startswith("layers."):
+            parts = k.split(".")
+            short = parts[2]
+            sub = "self_attn." if short in ("q_proj", "k_proj", "v_proj", "o_proj") else (
+                "mlp." if short in ("gate_proj", "up_proj", "down_proj") else "")
+            hf = f"model.layers.{parts[1]}.{sub}{'.'.join(parts[2:])}"
+        sd[k] = torch.from_numpy(np.asarray(t[hf], dtype=np.float32))
+    m.load_state_dict(sd)
+    return m
+
+
+def distill_draft(a, seqs: np.ndarray, held_ids: np.ndarray, out: Path) -> tuple[TinyLlama, dict]:
+    torch.set_num_threads(a.threads)
+    draft = load_exported("kjv-draft", out)
+    teacher = load_exported("kjv-target", out).eval()
+    before = eval_loss(draft, held_ids)
+    opt = torch.optim.AdamW(draft.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    rng = np.random.default_rng(11)
+    data = torch.from_numpy(seqs)
+    # weights per predicted position: the target's continuation counts fully, the prompt (real
+    # text, keeps the draft a language model for sampling) at --prompt-weight
+    wpos = torch.full((seqs.shape[1] - 1,), a.prompt_weight)
+    wpos[DISTILL_PROMPT - 1:] = 1.0
+    wpos = wpos / wpos.sum()
+    t0, log = time.time(), []
+    for step in range(a.steps):
+        idx = torch.from_numpy(rng.integers(0, len(seqs), size=a.batch))
+        x, y = data[idx, :-1], data[idx, 1:]
+        lr = lr_at(step, a.steps, a.lr)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ld = F.log_softmax(draft(x).reshape(-1, VOCAB_SIZE), -1)
+        with torch.no_grad():
+            lt = F.log_softmax(teacher(x).reshape(-1, VOCAB_SIZE), -1)
+        # KL(target || draft) at every position keeps the draft's probabilities calibrated
+        # (sampled speculation accepts with min(1, p/q)); cross-entropy on the continuation
+        # sharpens the agreement with the target's greedy choice.
+        kl = (lt.exp() * (lt - ld)).sum(-1).view(a.batch, -1)
+        ce = F.nll_loss(ld, y.reshape(-1), reduction="none").view(a.batch, -1)
+        loss = (kl * wpos).sum(-1).mean() + a.hard_weight * ce[:, DISTILL_PROMPT - 1:].mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % 25 == 0 or step + 1 == a.steps:
+            gen_ce = ce[:, DISTILL_PROMPT - 1:].mean().item()
+            kl_all = kl.mean().item()
+            print(f"distill step {step + 1}/{a.steps} lr {lr:.2e} kl {kl_all:.3f} ce(continuation) "
+                  f"{gen_ce:.3f} {(step + 1) / (time.time() - t0):.2f} steps/s", flush=True)
+            log.append({"step": step + 1, "kl": kl_all, "ce_continuation": gen_ce})
+    after = eval_loss(draft, held_ids)
+    print(f"distill: draft held-out loss {before:.3f} -> {after:.3f}", flush=True)
+    return draft, {"sequences": int(len(seqs)), "prompt_tokens": DISTILL_PROMPT,
+                   "continuation_tokens": DISTILL_GEN, "steps": a.steps, "batch": a.batch,
+                   "lr": a.lr, "prompt_weight": a.prompt_weight, "hard_weight": a.hard_weight,
+                   "heldout_loss_before": before, "heldout_loss_after": after, "log": log}
+
+
 # ----------------------------------------------------------------------------- export
 
 def hf_config(c: dict, eot: int) -> dict:
@@ -415,7 +529,7 @@ def export(model: TinyLlama, name: str, out: Path, tokenizer_json: Path, eot: in
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["tokenizer", "train", "export", "all", "bench"])
+    p.add_argument("stage", choices=["tokenizer", "train", "export", "all", "bench", "distill"])
     p.add_argument("--work", default=str(ROOT / "build/train"), help="checkpoints and caches")
     p.add_argument("--out", default=str(ROOT / "models"))
     p.add_argument("--steps", type=int, default=3000)
@@ -424,10 +538,18 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--only", default="", help="bench: one model")
     p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--sequences", type=int, default=1536, help="distill: target continuations")
+    p.add_argument("--prompt-weight", type=float, default=0.25,
+                   help="distill: KL weight of the prompt positions (continuation: 1)")
+    p.add_argument("--hard-weight", type=float, default=0.25,
+                   help="distill: weight of the cross-entropy on the target's greedy tokens")
+    p.add_argument("--generate-bin", default=str(ROOT / "build/release/bin/edgellm-generate"))
     a = p.parse_args(argv)
     work, out = Path(a.work), Path(a.out)
     work.mkdir(parents=True, exist_ok=True)
     tok_path = work / "tokenizer.json"
+    if a.stage == "distill" and not tok_path.exists():  # a fresh clone: the bundled tokenizer
+        tok_path = out / "kjv-target-fp16" / "tokenizer.json"
     train_books, held_books = read_bible()
 
     if a.stage == "bench":
@@ -468,6 +590,15 @@ def main(argv=None) -> int:
     train_ids, held_ids = ids["train"], ids["held"]
     print(f"train {len(train_ids)} tokens, held-out {len(held_ids)} tokens")
 
+    if a.stage == "distill":
+        seqs = generate_onpolicy(a, train_ids, work, out)
+        draft, info = distill_draft(a, seqs, held_ids, out)
+        export(draft, "kjv-draft", out, tok_path, eot)
+        log_path = out / "train_log.json"
+        summary = json.loads(log_path.read_text())
+        summary["draft_distill"] = info
+        log_path.write_text(json.dumps(summary, indent=1) + "\n")
+        return 0
     if a.stage in ("train", "all"):
         models, log = train(a, train_ids, held_ids)
     else:
