@@ -4,6 +4,7 @@
 
 #include "edgellm/config.hpp"
 #include "edgellm/kernels/awq.hpp"
+#include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/matmul.hpp"
