@@ -55,7 +55,7 @@ inline float dense_element(const std::byte* row, std::size_t c) noexcept {
 namespace reference {
 
 /// Scalar twin of dense_matmul_rows(): rows [r0, r1) of Y = X W^T + bias in plain loops, each
-/// output one sequential fp32 sum in double-free arithmetic. W: [n][k] of type t, row-major;
+/// output one sequential fp32 sum (error <= (k + 1) u sum|x w|). W: [n][k] of type t, row-major;
 /// X: [m][ldx]; Y: [m][ldy]; bias: [n] or null.
 inline void dense_matmul_rows(DenseType t, const std::byte* w, std::size_t k, const float* x,
                               std::size_t ldx, std::size_t m, const float* bias, float* y,
