@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include <xsimd/xsimd.hpp>
@@ -41,10 +42,14 @@ constexpr std::size_t dense_element_size(DenseType t) noexcept {
 /// One stored element as fp32 (exact).
 template <DenseType T>
 inline float dense_element(const std::byte* row, std::size_t c) noexcept {
+  // memcpy: W may sit at any address (a tensor inside a mapped file)
   if constexpr (T == DenseType::f32) {
-    return reinterpret_cast<const float*>(row)[c];
+    float v;
+    std::memcpy(&v, row + 4 * c, 4);
+    return v;
   } else {
-    const std::uint16_t h = reinterpret_cast<const std::uint16_t*>(row)[c];
+    std::uint16_t h;
+    std::memcpy(&h, row + 2 * c, 2);
     if constexpr (T == DenseType::f16)
       return f16_to_f32_branchless(h);
     else
@@ -88,7 +93,7 @@ inline xsimd::batch<float, Arch> dense_load(const std::byte* row, std::size_t c)
   if constexpr (T == DenseType::f32) {
     return fbatch::load_unaligned(reinterpret_cast<const float*>(row) + c);
   } else {
-    const std::uint16_t* p = reinterpret_cast<const std::uint16_t*>(row) + c;
+    [[maybe_unused]] const std::uint16_t* p = reinterpret_cast<const std::uint16_t*>(row) + c;
 #if defined(__AVX512F__)
     if constexpr (L == 16) {
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -117,8 +122,7 @@ inline xsimd::batch<float, Arch> dense_load(const std::byte* row, std::size_t c)
     }
 #endif
     alignas(64) float buf[L];
-    for (std::size_t l = 0; l < L; ++l)
-      buf[l] = T == DenseType::f16 ? f16_to_f32_branchless(p[l]) : bf16_to_f32(p[l]);
+    for (std::size_t l = 0; l < L; ++l) buf[l] = dense_element<T>(row, c + l);
     return fbatch::load_aligned(buf);
   }
 }
