@@ -202,3 +202,79 @@ TEST_CASE("matmul entry points reject bad arguments by name", "[kernels][gemv][g
     REQUIRE_THAT(st.error().message, Catch::Contains("w: empty"));
   }
 }
+
+TEST_CASE("gemm_multi equals separate gemv/gemm calls bit for bit", "[kernels][gemm]") {
+  auto rng = test::make_rng(27);
+  // q/k/v-like outputs: different n (one not a multiple of 16), one shared k, with and
+  // without bias.
+  const std::size_t k = 384, G = 128;
+  auto wq = test::random_q4(rng, 16 * 5, k, G);
+  auto wk = test::random_q4(rng, 16 + 3, k, G);
+  auto wv = test::random_q4(rng, 32, k, G);
+  auto bq = test::random_floats(rng, wq.n());
+  auto bv = test::random_floats(rng, wv.n());
+  const Q4Matrix* ws[] = {&wq, &wk, &wv};
+  const std::vector<float>* bs[] = {&bq, nullptr, &bv};
+  for (std::size_t m : {1, 2, 9}) {
+    auto x = test::random_floats(rng, m * k);
+    for (MatmulPath path : {MatmulPath::exact, MatmulPath::fast}) {
+      for (std::size_t threads : {1, 2, 3}) {
+        CAPTURE(m, path == MatmulPath::fast, threads);
+        auto pool = ThreadPool::create(threads);
+        REQUIRE(pool);
+        const MatmulOptions mo{pool->get(), path};
+        std::vector<std::vector<float>> want(3), got(3);
+        std::vector<MatmulOutput> outs;
+        for (std::size_t i = 0; i < 3; ++i) {
+          const std::span<const float> b = bs[i] ? std::span<const float>(*bs[i]) : std::span<const float>();
+          want[i].assign(m * ws[i]->n(), -1.0f);
+          got[i].assign(m * ws[i]->n(), -2.0f);
+          if (m == 1) {
+            REQUIRE(gemv(*ws[i], x, want[i], b, MatmulOptions{nullptr, path}));
+          } else {
+            REQUIRE(gemm(*ws[i], x, m, want[i], b, MatmulOptions{nullptr, path}));
+          }
+          outs.push_back({ws[i], got[i], b});
+        }
+        REQUIRE(gemm_multi(outs, x, m, mo));
+        for (std::size_t i = 0; i < 3; ++i)
+          REQUIRE(std::memcmp(got[i].data(), want[i].data(), want[i].size() * 4) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_multi rejects bad outputs by name", "[kernels][gemm]") {
+  auto rng = test::make_rng(28);
+  auto a = test::random_q4(rng, 16, 256, 128);
+  auto b = test::random_q4(rng, 16, 384, 128);
+  auto c = test::random_q4(rng, 16, 256, 64);
+  std::vector<float> x(256), y0(16), y1(16), buf(40);
+  SECTION("no outputs") {
+    auto st = gemm_multi({}, x, 1);
+    REQUIRE_FALSE(st);
+    REQUIRE_THAT(st.error().message, Catch::Contains("outs: 0 outputs"));
+  }
+  SECTION("different k or group size") {
+    const MatmulOutput outs[] = {{&a, y0}, {&b, y1}};
+    auto st = gemm_multi(outs, x, 1);
+    REQUIRE_FALSE(st);
+    REQUIRE_THAT(st.error().message, Catch::Contains("outs[1]") && Catch::Contains("k = 384"));
+    const MatmulOutput outs2[] = {{&a, y0}, {&c, y1}};
+    auto st2 = gemm_multi(outs2, x, 1);
+    REQUIRE_FALSE(st2);
+    REQUIRE_THAT(st2.error().message, Catch::Contains("group 64"));
+  }
+  SECTION("null matrix, short output, overlapping outputs") {
+    const MatmulOutput null_w[] = {{&a, y0}, {nullptr, y1}};
+    REQUIRE_THAT(gemm_multi(null_w, x, 1).error().message, Catch::Contains("outs[1]] w: null"));
+    const MatmulOutput short_y[] = {{&a, std::span<float>(y0.data(), 8)}};
+    REQUIRE_THAT(gemm_multi(short_y, x, 1).error().message, Catch::Contains("y: size 8"));
+    const MatmulOutput overlap[] = {{&a, std::span<float>(buf.data(), 16)},
+                                    {&a, std::span<float>(buf.data() + 10, 16)}};
+    auto st = gemm_multi(overlap, x, 1);
+    REQUIRE_FALSE(st);
+    REQUIRE_THAT(st.error().message, Catch::Contains("overlaps outs[0].y"));
+    REQUIRE(buf == std::vector<float>(40, 0.0f));  // nothing written on error
+  }
+}

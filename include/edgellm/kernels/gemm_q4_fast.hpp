@@ -131,10 +131,15 @@ void gemm_q4_fast_tiles(const Q4Matrix& w, const Q8ActivationsView& a,
   constexpr std::size_t KBG = detail::kGemmFastKBlock / G;  // groups per K block
   alignas(64) float out[MR * 16];
   const std::size_t n = w.n(), ng = w.n_groups(), m = a.m, k = a.k;
+  // K blocking keeps a tile row's share in L1 while several register blocks of rows reuse it.
+  // With at most MR rows (decode, speculative verification) each tile is read once, and
+  // blocking would only break the thread's front-to-back stream through W into short runs
+  // (and make the microkernel's prefetch run past each run's end into tiles read much later).
+  const std::size_t kbg = m <= MR ? ng : KBG;
   for (std::size_t i0 = 0; i0 < m; i0 += MB) {
     const std::size_t i1 = std::min(m, i0 + MB);
-    for (std::size_t g0 = 0; g0 < ng; g0 += KBG) {
-      const std::size_t g1 = std::min(ng, g0 + KBG);
+    for (std::size_t g0 = 0; g0 < ng; g0 += kbg) {
+      const std::size_t g1 = std::min(ng, g0 + kbg);
       const bool first = g0 == 0, last = g1 == ng;
       for (std::size_t t = t_begin; t < t_end; ++t) {
         const Q4Tile<G>* tiles = w.tile<G>(t, g0);

@@ -3,6 +3,7 @@
 // and the split of output tiles across the host's thread pool.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -148,16 +149,65 @@ inline status check_matmul_args(std::string_view where, const Q4Matrix& w, std::
   return {};
 }
 
+/// A checked product of run_products: Y = X W^T (+ bias), Y: [m][ldy].
+struct Product {
+  const Q4Matrix* w;
+  const float* bias;  // [n] or null
+  float* y;
+  std::size_t ldy;
+};
+
+/// Runs every product over the same X [m][ldx] (all W share k and the group size), as one
+/// fork-join: the products' output tiles are laid end to end and split evenly across the
+/// pool. Each output is computed by the same operations as in a call of its own, so the bits
+/// do not depend on the grouping or the thread count. The fast path quantises X once; the
+/// exact path runs the GEMV kernel when `gemv_kernel` (m == 1 from gemv or a grouped call)
+/// and the tiled GEMM otherwise.
 template <class Arch>
-status run_fast(std::string_view where, const Q4Matrix& w, const float* x, std::size_t ldx,
-                std::size_t m, const float* bias, float* y, std::size_t ldy,
-                const MatmulOptions& opts) {
+status run_products(std::string_view where, std::span<const Product> products, const float* x,
+                    std::size_t ldx, std::size_t m, bool gemv_kernel, const MatmulOptions& opts) {
+  const Q4Matrix& w0 = *products.front().w;
+  const std::size_t G = w0.group_size(), k = w0.k();
+  std::size_t total_tiles = 0;
+  for (const Product& p : products) total_tiles += p.w->n_tiles();
+  // Calls fn(product, t_begin, t_end) for the part of tiles [t0, t1) of the concatenation that
+  // falls into each product.
+  const auto for_each_part = [&](std::size_t t0, std::size_t t1, auto&& fn) {
+    std::size_t offset = 0;
+    for (const Product& p : products) {
+      const std::size_t nt = p.w->n_tiles();
+      const std::size_t b = std::max(t0, offset), e = std::min(t1, offset + nt);
+      if (b < e) fn(p, b - offset, e - offset);
+      offset += nt;
+    }
+  };
+
+  if (opts.path == MatmulPath::exact) {
+    auto body = [&](auto g_const) {
+      constexpr std::size_t GG = decltype(g_const)::value;
+      parallel_for(opts.pool, total_tiles, [&](std::size_t t0, std::size_t t1) {
+        for_each_part(t0, t1, [&](const Product& p, std::size_t b, std::size_t e) {
+          if (gemv_kernel) {
+            gemv_q4_exact_tiles<Arch, GG>(*p.w, x, p.bias, p.y, b, e);
+          } else {
+            gemm_q4_exact_tiles<Arch, GG>(*p.w, x, ldx, m, p.bias, p.y, p.ldy, b, e);
+          }
+        });
+      });
+    };
+    switch (G) {
+      case 32: body(std::integral_constant<std::size_t, 32>{}); break;
+      case 64: body(std::integral_constant<std::size_t, 64>{}); break;
+      default: body(std::integral_constant<std::size_t, 128>{}); break;
+    }
+    return {};
+  }
+
   Isa isa = opts.isa == Isa::best ? best_isa() : opts.isa;
   if (!isa_supported(isa)) {
     return make_error(errc::unsupported, where,
                       std::string("isa: ") + isa_name(isa) + " is not supported by this CPU/build");
   }
-  const std::size_t G = w.group_size(), k = w.k();
   Workspace local;
   Workspace& ws = opts.workspace ? *opts.workspace : local;
   std::byte* buf = ws.get(q8_activation_bytes(m, k, G));
@@ -165,14 +215,22 @@ status run_fast(std::string_view where, const Q4Matrix& w, const float* x, std::
     return make_error(errc::capacity_exceeded, where, "workspace: allocation failed");
   }
   const Q8ActivationsView a = make_q8_view(buf, m, k, G);
-  parallel_for(opts.pool, m, [&](std::size_t i0, std::size_t i1) {
-    quantize_activations_q8<Arch>(x, ldx, a, i0, i1);
-  });
+  // A few rows take microseconds: not worth waking the pool for.
+  const std::size_t threads = opts.pool ? opts.pool->size() : 1;
+  if (m >= 4 * threads) {
+    parallel_for(opts.pool, m, [&](std::size_t i0, std::size_t i1) {
+      quantize_activations_q8<Arch>(x, ldx, a, i0, i1);
+    });
+  } else {
+    quantize_activations_q8<Arch>(x, ldx, a, 0, m);
+  }
   auto with_micro = [&](auto micro_tag, auto g_const) {
     using Micro = typename decltype(micro_tag)::type;
     constexpr std::size_t GG = decltype(g_const)::value;
-    parallel_for(opts.pool, w.n_tiles(), [&](std::size_t t0, std::size_t t1) {
-      gemm_q4_fast_tiles<Micro, GG>(w, a, bias, y, ldy, t0, t1);
+    parallel_for(opts.pool, total_tiles, [&](std::size_t t0, std::size_t t1) {
+      for_each_part(t0, t1, [&](const Product& p, std::size_t b, std::size_t e) {
+        gemm_q4_fast_tiles<Micro, GG>(*p.w, a, p.bias, p.y, p.ldy, b, e);
+      });
     });
   };
   auto with_group = [&](auto micro_tag) {
@@ -208,21 +266,8 @@ status gemv(const Q4Matrix& w, std::span<const float> x, std::span<float> y,
                                           bias.size(), x.data(), y.data());
       !st)
     return st;
-  const float* b = bias.empty() ? nullptr : bias.data();
-  if (opts.path == MatmulPath::fast)
-    return detail::run_fast<Arch>("gemv", w, x.data(), w.k(), 1, b, y.data(), w.n(), opts);
-  auto body = [&](auto g_const) {
-    constexpr std::size_t G = decltype(g_const)::value;
-    parallel_for(opts.pool, w.n_tiles(), [&](std::size_t t0, std::size_t t1) {
-      gemv_q4_exact_tiles<Arch, G>(w, x.data(), b, y.data(), t0, t1);
-    });
-  };
-  switch (w.group_size()) {
-    case 32: body(std::integral_constant<std::size_t, 32>{}); break;
-    case 64: body(std::integral_constant<std::size_t, 64>{}); break;
-    default: body(std::integral_constant<std::size_t, 128>{}); break;
-  }
-  return {};
+  const detail::Product p{&w, bias.empty() ? nullptr : bias.data(), y.data(), w.n()};
+  return detail::run_products<Arch>("gemv", std::span(&p, 1), x.data(), w.k(), 1, true, opts);
 }
 
 /// Y = X W^T (+ bias), on opts.path. X: [m][ldx], Y: [m][ldy] row-major (ldx >= k, ldy >= n;
@@ -237,21 +282,63 @@ status gemm(const Q4Matrix& w, std::span<const float> x, std::size_t m, std::spa
                                           bias.size(), x.data(), y.data());
       !st)
     return st;
-  const float* b = bias.empty() ? nullptr : bias.data();
-  if (opts.path == MatmulPath::fast)
-    return detail::run_fast<Arch>("gemm", w, x.data(), ldx, m, b, y.data(), ldy, opts);
-  auto body = [&](auto g_const) {
-    constexpr std::size_t G = decltype(g_const)::value;
-    parallel_for(opts.pool, w.n_tiles(), [&](std::size_t t0, std::size_t t1) {
-      gemm_q4_exact_tiles<Arch, G>(w, x.data(), ldx, m, b, y.data(), ldy, t0, t1);
-    });
-  };
-  switch (w.group_size()) {
-    case 32: body(std::integral_constant<std::size_t, 32>{}); break;
-    case 64: body(std::integral_constant<std::size_t, 64>{}); break;
-    default: body(std::integral_constant<std::size_t, 128>{}); break;
+  const detail::Product p{&w, bias.empty() ? nullptr : bias.data(), y.data(), ldy};
+  return detail::run_products<Arch>("gemm", std::span(&p, 1), x.data(), ldx, m, false, opts);
+}
+
+/// One product of gemm_multi: Y = X W^T (+ bias), Y: [m][ldy] row-major (ldy 0 means n).
+struct MatmulOutput {
+  const Q4Matrix* w = nullptr;
+  std::span<float> y;
+  std::span<const float> bias = {};
+  std::size_t ldy = 0;
+};
+
+/// Several products of one input X [m][ldx] (ldx 0 means k), such as a layer's q/k/v or
+/// gate/up projections: the same results, bit for bit, as gemv (m == 1) or gemm (m > 1) on each
+/// output in turn, in one fork-join, with X quantised once on the fast path. Every W must have
+/// the same k and group size; the outputs must not overlap X or each other. Errors name the
+/// output (`outs[i].w`, `outs[i].y`, ...); nothing is written on error.
+template <class Arch = xsimd::default_arch>
+status gemm_multi(std::span<const MatmulOutput> outs, std::span<const float> x, std::size_t m,
+                  const MatmulOptions& opts = {}, std::size_t ldx = 0) {
+  constexpr std::size_t kMaxOutputs = 8;
+  if (outs.empty() || outs.size() > kMaxOutputs) {
+    return make_error(errc::invalid_argument, "gemm_multi",
+                      "outs: " + std::to_string(outs.size()) + " outputs, expected 1 to " +
+                          std::to_string(kMaxOutputs));
   }
-  return {};
+  detail::Product products[kMaxOutputs];
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const MatmulOutput& o = outs[i];
+    const std::string where = "gemm_multi: outs[" + std::to_string(i) + "]";
+    if (o.w == nullptr) return make_error(errc::invalid_argument, where, "w: null");
+    const Q4Matrix& w = *o.w;
+    if (i > 0 && (w.k() != outs[0].w->k() || w.group_size() != outs[0].w->group_size())) {
+      return make_error(errc::shape_mismatch, where,
+                        "w: k = " + std::to_string(w.k()) + ", group " +
+                            std::to_string(w.group_size()) + "; outs[0].w has k = " +
+                            std::to_string(outs[0].w->k()) + ", group " +
+                            std::to_string(outs[0].w->group_size()));
+    }
+    const std::size_t lx = ldx == 0 ? w.k() : ldx, ly = o.ldy == 0 ? w.n() : o.ldy;
+    if (auto st = detail::check_matmul_args(where, w, m, x.size(), lx, o.y.size(), ly,
+                                            o.bias.size(), x.data(), o.y.data());
+        !st)
+      return st;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (detail::overlaps(o.y.data(), ((m - 1) * ly + w.n()) * sizeof(float),
+                           products[j].y,
+                           ((m - 1) * products[j].ldy + products[j].w->n()) * sizeof(float))) {
+        return make_error(errc::invalid_argument, where,
+                          "y: overlaps outs[" + std::to_string(j) + "].y");
+      }
+    }
+    products[i] = {&w, o.bias.empty() ? nullptr : o.bias.data(), o.y.data(), ly};
+  }
+  const std::size_t lx = ldx == 0 ? outs[0].w->k() : ldx;
+  return detail::run_products<Arch>("gemm_multi", std::span(products, outs.size()), x.data(),
+                                    lx, m, m == 1, opts);
 }
 
 }  // namespace edgellm::kernels

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/config.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/kernels/matmul.hpp"
@@ -23,6 +24,15 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+// GCC 12's false -Wmaybe-uninitialized inside its AVX-512 intrinsics (bug 105593), reached
+// through xsimd::exp; see kernels/gemv_q4.hpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace edgellm::model {
 
@@ -368,6 +378,19 @@ class Transformer {
     }
   }
 
+  // g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i], vectorised with xsimd's exp
+  // (within a few ulp of std::exp; the scalar tail uses std::exp).
+  static void silu_mul(float* EDGELLM_RESTRICT g, const float* EDGELLM_RESTRICT u,
+                       std::size_t n) noexcept {
+    using batch = xsimd::batch<float>;
+    std::size_t i = 0;
+    for (; i + batch::size <= n; i += batch::size) {
+      const batch x = batch::load_unaligned(g + i);
+      (x / (batch(1.0f) + xsimd::exp(-x)) * batch::load_unaligned(u + i)).store_unaligned(g + i);
+    }
+    for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+
   // RoPE (rotate_half) on `heads` heads of each of T rows of v ([T][heads][head_dim]), using the
   // cos/sin tables of this chunk.
   void rope(float* v, std::size_t T, std::size_t heads) const noexcept {
@@ -416,12 +439,15 @@ class Transformer {
       return linear_forward(lin, std::span<const float>(in.data(), T * lin.k()), T,
                             std::span<float>(y.data(), T * lin.n()), mo);
     };
+    // Several projections of xn_ (all k = hidden) in one grouped call.
+    const auto mm_multi = [&](std::span<const LinearOutput> outs) {
+      return linear_forward_multi(outs, std::span<const float>(xn_.data(), T * H), T, mo);
+    };
     for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
       const LayerWeights& L = w.layers[l];
       rms_norm(x_.data(), L.input_layernorm, xn_.data(), 0, T);
-      if (auto st = mm(L.q_proj, xn_, q_); !st) return st;
-      if (auto st = mm(L.k_proj, xn_, k_); !st) return st;
-      if (auto st = mm(L.v_proj, xn_, v_); !st) return st;
+      const LinearOutput qkv[] = {{&L.q_proj, q_}, {&L.k_proj, k_}, {&L.v_proj, v_}};
+      if (auto st = mm_multi(qkv); !st) return st;
       rope(q_.data(), T, nh);
       rope(k_.data(), T, nkv);
       const std::span<const float> k(k_.data(), T * kvd), v(v_.data(), T * kvd);
@@ -433,12 +459,9 @@ class Transformer {
       for (std::size_t i = 0; i < T * H; ++i) x_[i] += tmp_[i];
 
       rms_norm(x_.data(), L.post_attention_layernorm, xn_.data(), 0, T);
-      if (auto st = mm(L.gate_proj, xn_, gate_); !st) return st;
-      if (auto st = mm(L.up_proj, xn_, up_); !st) return st;
-      for (std::size_t i = 0; i < T * I; ++i) {
-        const float g = gate_[i];
-        gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];  // silu(g) * u
-      }
+      const LinearOutput gate_up[] = {{&L.gate_proj, gate_}, {&L.up_proj, up_}};
+      if (auto st = mm_multi(gate_up); !st) return st;
+      silu_mul(gate_.data(), up_.data(), T * I);
       if (auto st = mm(L.down_proj, gate_, tmp_); !st) return st;
       for (std::size_t i = 0; i < T * H; ++i) x_[i] += tmp_[i];
     }
@@ -469,3 +492,7 @@ static_assert(decode::Model<Transformer<cache::KVCacheF16>>);
 static_assert(decode::Model<Transformer<cache::KVCacheQ8>>);
 
 }  // namespace edgellm::model
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -295,6 +295,36 @@ inline status linear_forward(const Linear& w, std::span<const float> x, std::siz
   return dense_matmul(w.dense, x, m, y, w.bias, opts.pool);
 }
 
+/// One output of linear_forward_multi: y[m][w->n()] = x w^T (+ bias).
+struct LinearOutput {
+  const Linear* w;
+  std::span<float> y;
+};
+
+/// linear_forward on several linears of the same input x [m][k] (a layer's q/k/v or gate/up).
+/// When all are int4 with one group size they run as one kernels::gemm_multi: the same bits as
+/// separate calls, with one fork-join and (fast path) one activation quantisation for all.
+inline status linear_forward_multi(std::span<const LinearOutput> outs, std::span<const float> x,
+                                   std::size_t m, const kernels::MatmulOptions& opts) {
+  constexpr std::size_t kMax = 8;
+  bool grouped = !outs.empty() && outs.size() <= kMax;
+  for (const LinearOutput& o : outs) {
+    grouped = grouped && o.w->quantized() &&
+              o.w->q4.group_size() == outs.front().w->q4.group_size() &&
+              o.w->k() == outs.front().w->k();
+  }
+  if (!grouped) {
+    for (const LinearOutput& o : outs)
+      if (auto st = linear_forward(*o.w, x, m, o.y, opts); !st) return st;
+    return {};
+  }
+  kernels::MatmulOutput mo[kMax];
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    mo[i] = {&outs[i].w->q4, outs[i].y.first(m * outs[i].w->n()), outs[i].w->bias, 0};
+  return kernels::gemm_multi(std::span<const kernels::MatmulOutput>(mo, outs.size()),
+                             x.first(m * outs.front().w->k()), m, opts);
+}
+
 /// The weights of one decoder layer (names as in the HF state dict, without the prefix).
 struct LayerWeights {
   std::vector<float> input_layernorm;           ///< [hidden]
