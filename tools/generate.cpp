@@ -48,6 +48,10 @@ model:
   --context N            context size in tokens (default: min(model maximum, 4096))
   --kv-type T            KV cache storage: int8, f16 or f32 (default int8: half the memory of
                          f16, keys/values quantised per position and head)
+  --packed-cache auto|FILE
+                         map the int4 weights from a packed-weight cache instead of repacking
+                         them at every start (`auto`: DIR/edgellm-packed-q4.bin); written on
+                         the first run, rebuilt when the checkpoint or options change
   --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
                          system prompt is prefilled once), and save this prompt's state to it
 
@@ -95,6 +99,7 @@ struct Args {
   std::size_t threads = 2, context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
   std::string prompt_cache;
+  std::string packed_cache;
   std::string draft;
   std::size_t k = 5;
   bool adaptive = false;
@@ -203,6 +208,9 @@ int parse_args(int argc, char** argv, Args& a) {
       auto t = cache::parse_kv_type(v);
       if (!t) return usage_error("--kv-type: " + t.error().message);
       a.kv_type = *t;
+    } else if (arg == "--packed-cache") {
+      if (!need("FILE") || v.empty()) return usage_error("--packed-cache: missing `auto` or FILE");
+      a.packed_cache = v;
     } else if (arg == "--draft") {
       if (!need("DIR") || v.empty()) return usage_error("--draft: missing DIR or `lookup`");
       a.draft = v;
@@ -437,8 +445,11 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   model::LoadOptions lo;
   lo.fp32_reference = a.fp32_reference;
+  lo.packed_cache = a.packed_cache;
   auto w = model::load_weights(a.model, lo);
   if (!w) return fail(w.error().message);
+  if (!(*w)->packed_cache_note.empty())
+    std::fprintf(stderr, "packed cache: %s\n", (*w)->packed_cache_note.c_str());
   auto tok = model::Tokenizer::load(a.model);
   if (!tok) return fail(tok.error().message);
   Loaded m{std::move(*w), std::move(*tok)};

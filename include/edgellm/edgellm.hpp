@@ -26,4 +26,5 @@
 #include "edgellm/model/config.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
+#include "edgellm/model/packed_cache.hpp"
 #include "edgellm/model/weights.hpp"

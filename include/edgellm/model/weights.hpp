@@ -13,6 +13,7 @@
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config.hpp"
+#include "edgellm/model/packed_cache.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -62,6 +63,14 @@ struct LoadOptions {
   /// interior of the tensor), so resident memory stays near the converted weights plus one
   /// tensor instead of growing by the whole file. The pages refault from the file if touched.
   bool release_source_pages = true;
+  /// Packed-weight cache (model/packed_cache.hpp): empty for none, "auto" for
+  /// default_packed_cache_path(dir), or a file path. When the file exists and was built from this
+  /// checkpoint, config and options, the int4 matrices are mapped from it (no import, no
+  /// repacking, no owned copy); otherwise they are built as usual and the file is (re)written for
+  /// the next load. A cache that cannot be read or written is not an error: the weights load
+  /// from the checkpoint and TransformerWeights::packed_cache_note says why. Ignored in
+  /// fp32_reference mode.
+  std::string packed_cache;
 };
 
 using kernels::DenseType;
@@ -348,6 +357,8 @@ struct TransformerWeights {
   std::vector<float> norm;                   ///< final RMSNorm weight [hidden]
   std::vector<LayerWeights> layers;          ///< [num_hidden_layers]
   std::size_t released_source_bytes = 0;     ///< mapped bytes dropped after conversion
+  std::optional<io::MappedFile> packed_cache_file;  ///< the packed cache the int4 views map
+  std::string packed_cache_note;  ///< what happened with options.packed_cache (empty: unused)
 
   /// Bytes of memory owned by the weights (packed/dense matrices, norms, biases); the mapped
   /// views (embeddings, as-stored lm_head) are not counted.
@@ -373,6 +384,20 @@ class WeightLoader {
       : ckpt_(ckpt), cfg_(cfg), opts_(opts), dir_(std::move(dir)) {}
 
   std::size_t released() const noexcept { return released_; }
+
+  /// Matrices are taken from `cache` when it holds them (null: none).
+  void use_packed_cache(const PackedCacheReader* cache) noexcept { packed_ = cache; }
+  /// Int4 matrices asked of the packed cache that it did not hold.
+  std::size_t packed_misses() const noexcept { return packed_misses_; }
+
+  /// The int4 matrix `name` [n][k] from the packed cache, or nullopt (then counted as a miss).
+  std::optional<kernels::Q4Matrix> from_packed_cache(std::string_view name, std::size_t n,
+                                                     std::size_t k, std::size_t group) {
+    if (packed_ == nullptr || opts_.fp32_reference) return std::nullopt;
+    auto m = packed_->take(name, n, k, group);
+    if (!m) ++packed_misses_;
+    return m;
+  }
 
   /// "<file>: <tensor>: <what>", the file being the shard that holds the tensor.
   error tensor_error(errc code, std::string_view name, const std::string& what) const {
@@ -552,7 +577,13 @@ class WeightLoader {
     const std::string prefix = "model.layers." + std::to_string(layer) + "." + std::string(module);
     const std::string why = "[" + std::string(n_why) + ", " + std::string(k_why) + "]";
     Linear lin;
-    if (cfg_.awq && cfg_.awq->is_quantized(module)) {
+    const bool awq_module = cfg_.awq && cfg_.awq->is_quantized(module);
+    const bool int4 = !opts_.fp32_reference && (awq_module || !cfg_.awq);
+    if (auto cached = int4 ? from_packed_cache(prefix, n, k, awq_module ? cfg_.awq->group_size
+                                                                         : rtn_group)
+                           : std::nullopt) {
+      lin.q4 = std::move(*cached);
+    } else if (awq_module) {
       auto a = awq_linear(prefix, n, k, n_why, k_why);
       if (!a) return a.error();
       lin = std::move(*a);
@@ -590,6 +621,8 @@ class WeightLoader {
   const LoadOptions& opts_;
   std::string dir_;
   std::size_t released_ = 0;
+  const PackedCacheReader* packed_ = nullptr;
+  std::size_t packed_misses_ = 0;
 };
 
 /// The largest kernel group size (128, 64, 32) dividing every width in `ks`, or 0.
@@ -676,6 +709,28 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   }
 
   detail::WeightLoader ld(*ckpt, c, options, dir);
+  // The packed cache, if asked for and valid for this checkpoint and these options.
+  std::string packed_path;
+  std::uint64_t packed_key = 0;
+  std::optional<detail::PackedCacheReader> packed;
+  if (!options.packed_cache.empty() && !options.fp32_reference) {
+    packed_path =
+        options.packed_cache == "auto" ? default_packed_cache_path(dir) : options.packed_cache;
+    const std::string signature =
+        std::string("lm_head=") + (options.lm_head == LmHeadFormat::q4 ? "q4" : "as_stored") +
+        ";rtn=" + std::to_string(w->rtn_group_size);
+    auto key = detail::packed_source_key(dir, *ckpt, signature);
+    if (!key) return key.error();
+    packed_key = *key;
+    if (::access(packed_path.c_str(), F_OK) != 0) {
+      w->packed_cache_note = packed_path + " not found";
+    } else if (auto r = detail::PackedCacheReader::open(packed_path, packed_key)) {
+      packed.emplace(std::move(*r));
+      ld.use_packed_cache(&*packed);
+    } else {
+      w->packed_cache_note = r.error().message + "; rebuilding it";
+    }
+  }
   const std::string_view hidden_why = "hidden_size";
   const std::string vec_why = "[hidden_size]";
   {
@@ -737,7 +792,9 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
                         dir + ": lm_head: no int4 group size (128, 64, 32) divides hidden_size " +
                             std::to_string(H) + "; use LmHeadFormat::as_stored");
     }
-    if (c.tie_word_embeddings) {
+    if (auto cached = ld.from_packed_cache("lm_head", V, H, g)) {
+      w->lm_head.q4 = std::move(*cached);
+    } else if (c.tie_word_embeddings) {
       // The embedding stays mapped for lookups: quantise without releasing its pages.
       LoadOptions keep = options;
       keep.release_source_pages = false;
@@ -757,6 +814,30 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   }
 
   w->released_source_bytes = ld.released();
+  if (!packed_path.empty()) {
+    if (packed && ld.packed_misses() == 0) {
+      w->packed_cache_note = "int4 weights mapped from " + packed_path;
+    } else {
+      std::vector<std::pair<std::string, const kernels::Q4Matrix*>> mats;
+      for (std::size_t i = 0; i < w->layers.size(); ++i) {
+        const LayerWeights& L = w->layers[i];
+        const std::pair<const char*, const Linear*> mods[] = {
+            {"self_attn.q_proj", &L.q_proj}, {"self_attn.k_proj", &L.k_proj},
+            {"self_attn.v_proj", &L.v_proj}, {"self_attn.o_proj", &L.o_proj},
+            {"mlp.gate_proj", &L.gate_proj}, {"mlp.up_proj", &L.up_proj},
+            {"mlp.down_proj", &L.down_proj}};
+        for (const auto& [name, lin] : mods)
+          if (lin->quantized())
+            mats.emplace_back("model.layers." + std::to_string(i) + "." + name, &lin->q4);
+      }
+      if (w->lm_head.quantized()) mats.emplace_back("lm_head", &w->lm_head.q4);
+      const status st = detail::write_packed_cache(packed_path, packed_key, mats);
+      if (!w->packed_cache_note.empty()) w->packed_cache_note += "; ";
+      w->packed_cache_note += st ? "wrote " + packed_path : st.error().message;
+    }
+    // Views into the old mapping (a partial hit) stay valid: keep it even after a rewrite.
+    if (packed) w->packed_cache_file.emplace(packed->release_file());
+  }
   w->checkpoint.emplace(std::move(*ckpt));
   return std::shared_ptr<const TransformerWeights>(std::move(w));
 }

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+// The packed-weight cache: written on the first load, mapped on the next, identical weights
+// either way, and rebuilt (never trusted) when stale, truncated or corrupted.
+#include "edgellm/model/packed_cache.hpp"
+
+#include "edgellm/model/weights.hpp"
+#include "model/model_test_support.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using Catch::Matchers::Contains;
+using edgellm::model::LmHeadFormat;
+using edgellm::model::load_weights;
+using edgellm::model::LoadOptions;
+using edgellm::model::TransformerWeights;
+
+namespace {
+
+// Every int4 matrix of a and b holds the same bytes.
+void require_same_int4(const TransformerWeights& a, const TransformerWeights& b) {
+  REQUIRE(a.layers.size() == b.layers.size());
+  std::size_t matrices = 0;
+  const auto same = [&](const edgellm::model::Linear& x, const edgellm::model::Linear& y) {
+    REQUIRE(x.quantized() == y.quantized());
+    if (!x.quantized()) return;
+    REQUIRE(x.q4.byte_size() == y.q4.byte_size());
+    REQUIRE(std::memcmp(x.q4.data(), y.q4.data(), x.q4.byte_size()) == 0);
+    REQUIRE(x.bias == y.bias);
+    ++matrices;
+  };
+  for (std::size_t i = 0; i < a.layers.size(); ++i) {
+    const auto &p = a.layers[i], &q = b.layers[i];
+    same(p.q_proj, q.q_proj);
+    same(p.k_proj, q.k_proj);
+    same(p.v_proj, q.v_proj);
+    same(p.o_proj, q.o_proj);
+    same(p.gate_proj, q.gate_proj);
+    same(p.up_proj, q.up_proj);
+    same(p.down_proj, q.down_proj);
+  }
+  same(a.lm_head, b.lm_head);
+  REQUIRE(matrices >= 7 * a.layers.size());
+}
+
+// A byte of `path` at `offset` flipped.
+void flip_byte(const std::string& path, std::size_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(f);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
+  edgellm::test::TempDir tmp("edgellm-packed");
+  for (const char* fixture : {"qwen2-awq-gemm", "llama-fp16"}) {
+    for (LmHeadFormat head : {LmHeadFormat::as_stored, LmHeadFormat::q4}) {
+      CAPTURE(fixture, head == LmHeadFormat::q4);
+      const std::string dir = edgellm::test::model_fixture(fixture);
+      LoadOptions plain_opts;
+      plain_opts.lm_head = head;
+      auto plain = load_weights(dir, plain_opts);
+      REQUIRE(plain);
+      REQUIRE((*plain)->packed_cache_note.empty());
+
+      LoadOptions o = plain_opts;
+      o.packed_cache = tmp.file(std::string(fixture) + (head == LmHeadFormat::q4 ? "-q4" : "") +
+                                ".bin");
+      std::filesystem::remove(o.packed_cache);
+      auto first = load_weights(dir, o);
+      REQUIRE(first);
+      REQUIRE_THAT((*first)->packed_cache_note, Contains("wrote " + o.packed_cache));
+      REQUIRE_FALSE((*first)->packed_cache_file);
+      require_same_int4(**plain, **first);
+
+      auto second = load_weights(dir, o);
+      REQUIRE(second);
+      REQUIRE((*second)->packed_cache_note == "int4 weights mapped from " + o.packed_cache);
+      REQUIRE((*second)->packed_cache_file);
+      // Zero-copy: the matrices point into the mapping.
+      const auto& file = *(*second)->packed_cache_file;
+      const std::byte* q = (*second)->layers[0].q_proj.q4.data();
+      REQUIRE(q >= file.data());
+      REQUIRE(q < file.data() + file.size());
+      require_same_int4(**plain, **second);
+    }
+  }
+}
+
+TEST_CASE("packed cache: stale, truncated, corrupted or unwritable caches are rebuilt", "[model]") {
+  edgellm::test::TempDir tmp("edgellm-packed-bad");
+  const std::string dir = edgellm::test::copy_fixture("qwen2-awq-gemm", tmp);
+  auto plain = load_weights(dir);
+  REQUIRE(plain);
+  LoadOptions o;
+  o.packed_cache = "auto";
+  const std::string path = edgellm::model::default_packed_cache_path(dir);
+  REQUIRE(load_weights(dir, o));
+  REQUIRE(std::filesystem::exists(path));
+
+  SECTION("other load options") {
+    LoadOptions q4 = o;
+    q4.lm_head = LmHeadFormat::q4;
+    auto w = load_weights(dir, q4);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("stale") && Contains("wrote"));
+  }
+  SECTION("a changed config.json") {
+    edgellm::test::write_file(dir + "/config.json",
+                              edgellm::test::read_file(dir + "/config.json") + "\n");
+    auto w = load_weights(dir, o);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("stale"));
+    require_same_int4(**plain, **w);
+  }
+  SECTION("truncated") {
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4096);
+    auto w = load_weights(dir, o);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("truncated") && Contains("wrote"));
+    require_same_int4(**plain, **w);
+  }
+  SECTION("a flipped bit in the tiles or in the header") {
+    const bool header = GENERATE(false, true);
+    flip_byte(path, header ? 60 : std::filesystem::file_size(path) - 5000);
+    auto w = load_weights(dir, o);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("wrote"));
+    if (header) REQUIRE_THAT((*w)->packed_cache_note, Contains("checksum"));
+    require_same_int4(**plain, **w);
+    auto again = load_weights(dir, o);  // the rebuilt cache is good
+    REQUIRE(again);
+    REQUIRE_THAT((*again)->packed_cache_note, Contains("mapped"));
+  }
+  SECTION("not a cache at all") {
+    edgellm::test::write_file(path, "hello");
+    auto w = load_weights(dir, o);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("not a packed cache"));
+  }
+  SECTION("an unwritable location only costs the cache") {
+    LoadOptions bad = o;
+    bad.packed_cache = tmp.file("no/such/dir/cache.bin");
+    auto w = load_weights(dir, bad);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("cannot"));
+    require_same_int4(**plain, **w);
+  }
+}
+
+TEST_CASE("packed_checksum notices changed, swapped and missing words", "[model]") {
+  using edgellm::model::detail::packed_checksum;
+  std::vector<std::byte> a(4096 + 13);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::byte>(i * 31 + 7);
+  const auto base = packed_checksum(a);
+  auto b = a;
+  std::swap(b[8], b[16 * 8]);  // same bytes, other order
+  REQUIRE(packed_checksum(b) != base);
+  std::swap(b[8], b[16 * 8]);
+  std::swap(b.data()[0], b.data()[8 * 4]);
+  REQUIRE(packed_checksum(b) != base);
+  REQUIRE(packed_checksum(std::span(a).first(a.size() - 1)) != base);
+  b = a;
+  b.back() ^= std::byte{1};
+  REQUIRE(packed_checksum(b) != base);
+}
