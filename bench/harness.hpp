@@ -292,6 +292,20 @@ inline std::size_t proc_status_kb(std::string_view key) {
 /// Peak resident set size of this process (VmHWM), in bytes; 0 when /proc is unavailable.
 inline std::size_t peak_rss_bytes() { return detail::proc_status_kb("VmHWM"); }
 
+/// Resets the peak (VmHWM) to the current resident set (Linux: /proc/self/clear_refs "5"), so
+/// that a bench's own scratch, such as the bandwidth buffers, does not count as the model's
+/// peak. Returns false where unsupported.
+inline bool reset_peak_rss() {
+#if defined(__linux__)
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return (std::fclose(f) == 0) && ok;
+#else
+  return false;
+#endif
+}
+
 /// Current resident set size (VmRSS), in bytes; 0 when /proc is unavailable.
 inline std::size_t current_rss_bytes() { return detail::proc_status_kb("VmRSS"); }
 
@@ -335,6 +349,8 @@ inline void unlock_memory(const void* p, std::size_t bytes) {
 /// its buffer through an 8-way unrolled uint64 sum (independent accumulators, which the
 /// compiler vectorises) and the rep ends when the last one finishes. Returns the best of
 /// `reps` (bandwidth is capped from above, so noise only lowers it), or 0 when allocation fails.
+/// Resets the process's peak RSS afterwards (reset_peak_rss), so its buffers do not count in
+/// peak_rss_bytes() readings taken later.
 inline double measure_read_bandwidth_gbps(int threads, std::size_t bytes_per_thread = 0,
                                           int reps = 5) {
   threads = std::max(threads, 1);
@@ -400,6 +416,7 @@ inline double measure_read_bandwidth_gbps(int threads, std::size_t bytes_per_thr
     return 0;
   }
   const double best = *std::min_element(seconds.begin(), seconds.end());
+  reset_peak_rss();  // the buffers are freed: keep them out of the caller's peak RSS
   return static_cast<double>(words * sizeof(std::uint64_t)) * threads / best / 1e9;
 }
 
