@@ -744,7 +744,9 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
     w->norm = std::move(*n);
   }
 
-  w->layers.resize(c.num_hidden_layers);
+  w->layers.resize(c.num_hidden_layers);  // never resized again: the pointers below stay valid
+  // Every int4 matrix with its cache name (the tensor prefix), for writing the packed cache.
+  std::vector<std::pair<std::string, const kernels::Q4Matrix*>> int4;
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& L = w->layers[i];
     const std::string pre = "model.layers." + std::to_string(i) + ".";
@@ -777,6 +779,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
       auto lin = ld.linear(i, s.module, s.n, s.k, s.n_why, s.k_why, s.bias, w->rtn_group_size);
       if (!lin) return lin.error();
       *s.out = std::move(*lin);
+      if (s.out->quantized()) int4.emplace_back(pre + std::string(s.module), &s.out->q4);
     }
   }
 
@@ -818,20 +821,8 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
     if (packed && ld.packed_misses() == 0) {
       w->packed_cache_note = "int4 weights mapped from " + packed_path;
     } else {
-      std::vector<std::pair<std::string, const kernels::Q4Matrix*>> mats;
-      for (std::size_t i = 0; i < w->layers.size(); ++i) {
-        const LayerWeights& L = w->layers[i];
-        const std::pair<const char*, const Linear*> mods[] = {
-            {"self_attn.q_proj", &L.q_proj}, {"self_attn.k_proj", &L.k_proj},
-            {"self_attn.v_proj", &L.v_proj}, {"self_attn.o_proj", &L.o_proj},
-            {"mlp.gate_proj", &L.gate_proj}, {"mlp.up_proj", &L.up_proj},
-            {"mlp.down_proj", &L.down_proj}};
-        for (const auto& [name, lin] : mods)
-          if (lin->quantized())
-            mats.emplace_back("model.layers." + std::to_string(i) + "." + name, &lin->q4);
-      }
-      if (w->lm_head.quantized()) mats.emplace_back("lm_head", &w->lm_head.q4);
-      const status st = detail::write_packed_cache(packed_path, packed_key, mats);
+      if (w->lm_head.quantized()) int4.emplace_back("lm_head", &w->lm_head.q4);
+      const status st = detail::write_packed_cache(packed_path, packed_key, int4);
       if (!w->packed_cache_note.empty()) w->packed_cache_note += "; ";
       w->packed_cache_note += st ? "wrote " + packed_path : st.error().message;
     }
