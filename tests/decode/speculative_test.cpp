@@ -685,7 +685,10 @@ TEST_CASE("speculative: adaptive k falls back to plain decoding with a useless d
   // Probes after long plain stretches restart the draft on a window instead of replaying every
   // plainly decoded token through it.
   WARN("draft forwarded " << draft.forwarded << " tokens for " << N << " decoded");
-  CHECK(draft.forwarded < N * 3 / 4);  // 273 measured; 320 replaying every gap
+  // 273 measured in release; 320 replaying every gap. How often the decoder probes depends on
+  // measured times, which emulation and sanitizers distort (351 seen under qemu): there, only
+  // require fewer forwards than decoded tokens.
+  CHECK(draft.forwarded < edgellm::test::scaled(N * 3 / 4, N));
 }
 
 TEST_CASE("speculative: adaptive k drafts long with a good draft", "[speculative]") {
