@@ -8,6 +8,7 @@
 // bandwidth measured with the same thread count just before and just after the GEMV rows.
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -28,6 +29,9 @@ constexpr std::string_view kUsage =
     "  --path exact|fast|all     which paths (default all)\n"
     "  --isa best|generic|avx2|avx_vnni|avx512_vnni|neon_dotprod|all   fast-path microkernels (default best)\n"
     "  --gemv N,K                one GEMV shape instead of the Qwen2-7B decode sweep\n"
+    "  --rows LIST               activation rows over the GEMV working set (default 1): m > 1\n"
+    "                            runs GEMM there (op gemm_sweep), as speculative verification\n"
+    "                            of m - 1 drafted tokens does; cost_vs_m1 compares with m = 1\n"
     "  --gemm M,N,K              GEMM shape (default 512,4096,4096)\n"
     "  --group G                 group size 32|64|128 (default 128)\n"
     "  --no-lock                 do not mlock the weights\n";
@@ -74,7 +78,7 @@ std::vector<std::size_t> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   const bench::options opts = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
   std::string op = "all", path_arg = "all", isa_arg = "best";
-  std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096};
+  std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1};
   std::size_t group = 128;
   bool lock = true;
   for (std::size_t i = 0; i < opts.extra.size(); ++i) {
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
     else if (a == "--isa") isa_arg = next();
     else if (a == "--gemv") gemv_shape = parse_list(next());
     else if (a == "--gemm") gemm_shape = parse_list(next());
+    else if (a == "--rows") sweep_rows = parse_list(next());
     else if (a == "--group") group = std::stoul(next());
     else if (a == "--no-lock") lock = false;
     else {
@@ -99,8 +104,9 @@ int main(int argc, char** argv) {
     }
   }
   if ((!gemv_shape.empty() && gemv_shape.size() != 2) || gemm_shape.size() != 3 ||
-      !is_supported_group_size(group)) {
-    bench::note("bad --gemv/--gemm/--group\n{}", kUsage);
+      !is_supported_group_size(group) || sweep_rows.empty() ||
+      std::find(sweep_rows.begin(), sweep_rows.end(), 0) != sweep_rows.end()) {
+    bench::note("bad --gemv/--gemm/--group/--rows\n{}", kUsage);
     return 2;
   }
 
@@ -128,7 +134,7 @@ int main(int argc, char** argv) {
 
   bench::table out(opts, {"op", "case", "path", "isa", "m", "n", "k", "group", "threads", "reps",
                           "median_us", "p10_us", "p90_us", "gflops", "gbps", "membw_gbps",
-                          "pct_membw", "weights"});
+                          "pct_membw", "weights", "cost_vs_m1"});
   out.add_metadata("exact_arch", xsimd::default_arch::name());
   out.add_metadata("best_isa", isa_name(best_isa()));
 
@@ -176,7 +182,8 @@ int main(int argc, char** argv) {
       for (auto& m : mats) locked = bench::lock_memory(m.data(), m.byte_size(), "weights") && locked;
     const std::string weights = locked ? "mlocked" : "resident";
     bench::note("[gemv] {:.2f} GB of packed weights ({})", static_cast<double>(bytes) / 1e9, weights);
-    std::vector<float> x(kmax), y(nmax);
+    const std::size_t max_rows = *std::max_element(sweep_rows.begin(), sweep_rows.end());
+    std::vector<float> x(max_rows * kmax), y(max_rows * nmax);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = nd(rng);
@@ -196,31 +203,49 @@ int main(int argc, char** argv) {
           const std::size_t bw_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
           const double bw_before = bench::measure_read_bandwidth_gbps(
               threads, bw_bytes / static_cast<std::size_t>(threads), 3);
-          const auto t = bench::measure(
-              [&] {
-                for (const auto& m : mats) {
-                  auto st = gemv(m, std::span<const float>(x.data(), m.k()),
-                                 std::span<float>(y.data(), m.n()), {}, mo);
-                  if (!st) {
-                    bench::note("{}", st.error().message);
-                    std::exit(1);
+          // One pass over the working set with m rows: gemv for one row (decode), gemm for more
+          // (a speculative verification). m = 1 is timed first when listed, as the unit.
+          std::vector<bench::timing> times;
+          for (std::size_t m : sweep_rows) {
+            times.push_back(bench::measure(
+                [&] {
+                  for (const auto& w : mats) {
+                    auto st = m == 1 ? gemv(w, std::span<const float>(x.data(), w.k()),
+                                            std::span<float>(y.data(), w.n()), {}, mo)
+                                     : gemm(w, std::span<const float>(x.data(), m * w.k()), m,
+                                            std::span<float>(y.data(), m * w.n()), {}, mo);
+                    if (!st) {
+                      bench::note("{}", st.error().message);
+                      std::exit(1);
+                    }
                   }
-                }
-                bench::do_not_optimize(y[0]);
-              },
-              reps);
+                  bench::do_not_optimize(y[0]);
+                },
+                reps));
+          }
           const double bw_after = bench::measure_read_bandwidth_gbps(
               threads, bw_bytes / static_cast<std::size_t>(threads), 3);
           const double membw = (bw_before + bw_after) / 2;
-          const double gbps = static_cast<double>(bytes) / (t.median_us * 1e3);
-          bench::note("[gemv] {} {} t={} : {:.1f} GB/s, membw {:.1f}/{:.1f} GB/s -> {:.0f}%",
-                      path == MatmulPath::fast ? "fast" : "exact", isa_str, threads, gbps,
-                      bw_before, bw_after, 100 * gbps / membw);
-          out.row({"gemv", case_name, path == MatmulPath::fast ? "fast" : "exact", isa_str, 1,
-                   static_cast<long long>(rows), static_cast<long long>(shapes.size() == 1 ? kmax : 0),
-                   static_cast<long long>(group), threads, t.reps, t.median_us, t.p10_us, t.p90_us,
-                   static_cast<double>(flops) / (t.median_us * 1e3), gbps, membw,
-                   100 * gbps / membw, weights});
+          double unit_us = 0;
+          for (std::size_t j = 0; j < sweep_rows.size(); ++j)
+            if (sweep_rows[j] == 1) unit_us = times[j].median_us;
+          for (std::size_t j = 0; j < sweep_rows.size(); ++j) {
+            const std::size_t m = sweep_rows[j];
+            const bench::timing& t = times[j];
+            const double gbps = static_cast<double>(bytes) / (t.median_us * 1e3);
+            const double cost = unit_us > 0 ? t.median_us / unit_us : 0.0;
+            bench::note("[gemv] {} {} t={} m={} : {:.1f} GB/s, membw {:.1f}/{:.1f} GB/s -> {:.0f}%{}",
+                        path == MatmulPath::fast ? "fast" : "exact", isa_str, threads, m, gbps,
+                        bw_before, bw_after, 100 * gbps / membw,
+                        m > 1 && unit_us > 0 ? fmt::format(", {:.2f}x the m=1 time", cost) : "");
+            out.row({m == 1 ? "gemv" : "gemm_sweep", case_name,
+                     path == MatmulPath::fast ? "fast" : "exact", isa_str,
+                     static_cast<long long>(m), static_cast<long long>(rows),
+                     static_cast<long long>(shapes.size() == 1 ? kmax : 0),
+                     static_cast<long long>(group), threads, t.reps, t.median_us, t.p10_us,
+                     t.p90_us, static_cast<double>(flops * m) / (t.median_us * 1e3), gbps, membw,
+                     100 * gbps / membw, weights, cost});
+          }
         }
       }
     }
@@ -268,7 +293,7 @@ int main(int argc, char** argv) {
           out.row({"gemm", "single", path == MatmulPath::fast ? "fast" : "exact", isa_str,
                    static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
                    static_cast<long long>(group), threads, t.reps, t.median_us, t.p10_us, t.p90_us,
-                   gflops, gbps, 0.0, 0.0, "resident"});
+                   gflops, gbps, 0.0, 0.0, "resident", 0.0});
         }
       }
     }

@@ -6,7 +6,7 @@
 //   edgellm-bench-speculative [--target DIR] [--draft DIR|lookup]... [-k 1,3,5] [--adaptive]
 //       [--k-max 8] [--temperature 0,0.8] [--threads 1,2] [-n 128] [--prompts FILE]
 //       [--prompt-file FILE] [--num-prompts 8] [--prompt-len 64] [--kv-type int8|f16|f32]
-//       [--reps 1] [--seed N] [--no-lock] [--format json] [--quick]
+//       [--reps 1] [--seed N] [--no-lock] [--packed-cache auto|FILE] [--format json] [--quick]
 // For every thread count, temperature, draft and k (and adaptive mode with --adaptive), each
 // prompt is decoded for n tokens by the target alone (prefill, then one forward per token) and
 // by SpeculativeDecoder, in the same run, interleaved prompt by prompt; prefill is not timed in
@@ -22,10 +22,12 @@
 //
 // Cost model (--cost-model):
 //   edgellm-bench-speculative --cost-model [--target DIR] [--draft DIR|lookup]
-//       [--acceptance A|measured] [--context P] [--k-max 8] [--threads 1,2] [--reps 20]
+//       [--acceptance A|measured] [--context P] [--k-max 8] [--threads 1,2] [--reps 10]
 // With the target holding P tokens (default 64): t1 = one decode step (1 token), t(k+1) = one
-// forward over k + 1 tokens (LogitsMode::all), td = one draft step (1 token + picking it). Per k
-// = 1..k_max: verify_cost = t(k+1) / t1, draft_cost = td / t1 and projected_speedup =
+// forward over k + 1 tokens (LogitsMode::all), td = one draft step (1 token + picking it). Each
+// t(k+1) is timed right after a t1, in --reps rounds over every k; per k = 1..k_max:
+// verify_cost = the median over rounds of t(k+1) / t1 (adjacent pairs, so bandwidth drift
+// between minutes cancels), draft_cost = td / t1 (medians) and projected_speedup =
 // E[tokens](k) / (verify_cost + k draft_cost), E[tokens](k) = (1 - a^(k+1)) / (1 - a) at the
 // acceptance a (--acceptance, default 0.7; `measured`: alpha of a greedy k = 5 run over the
 // prompts). The summary row gives best_k (0 when no k beats plain decoding, speedup 1) and
@@ -82,6 +84,8 @@ constexpr std::string_view kUsage =
     "  --kv-type int8|f16|f32    KV cache (default int8, as edgellm-generate; --kv is an alias)\n"
     "  --seed N                  sampling seed (default 1)\n"
     "  --no-lock                 do not mlock the packed weights\n"
+    "  --packed-cache auto|FILE  map the target's int4 weights from a packed cache (written if\n"
+    "                            missing; see edgellm-bench)\n"
     "  --draft-lm-head q4|as_stored   the draft's lm_head: int4 at load (default) or as stored\n"
     "  --target-lm-head q4|as_stored  the target's (both arms of the comparison; default as_stored)\n"
     "  --cost-model              measure verify/draft costs and project speedups instead\n"
@@ -101,6 +105,7 @@ struct Args {
   std::string kv = "int8";
   std::uint64_t seed = 1;
   bool lock = true;
+  std::string target_packed_cache;  // LoadOptions::packed_cache for the target ("" = none)
   // A draft only proposes: int4 lm_head costs nothing in exactness and most of a small draft's
   // step is its lm_head (4096 x 128 fp16 for the bundled one).
   model::LmHeadFormat draft_lm_head = model::LmHeadFormat::q4;
@@ -164,7 +169,8 @@ std::string short_name(const std::string& dir) {
 }
 
 WeightsPtr load(const std::string& dir, bool lock,
-                model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored) {
+                model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored,
+                const std::string& packed_cache = {}) {
   if (!fs::exists(dir)) {
     die(
         fmt::format("{}: not found (the bundled models are written by tools/train_tiny.py; pass "
@@ -174,6 +180,7 @@ WeightsPtr load(const std::string& dir, bool lock,
   const auto t0 = std::chrono::steady_clock::now();
   model::LoadOptions lo;
   lo.lm_head = lm_head;
+  lo.packed_cache = packed_cache;
   auto w = model::load_weights(dir, lo);
   if (!w && lm_head == model::LmHeadFormat::q4) {  // e.g. no int4 group divides hidden_size
     bench::note("[spec] {}: int4 lm_head refused ({}); keeping it as stored", dir,
@@ -182,6 +189,8 @@ WeightsPtr load(const std::string& dir, bool lock,
     w = model::load_weights(dir, lo);
   }
   if (!w) die(w.error().message);
+  if (!(*w)->packed_cache_note.empty())
+    bench::note("[spec] {}: packed cache: {}", dir, (*w)->packed_cache_note);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   bool locked = lock;
   if (lock) {
@@ -384,7 +393,7 @@ E2eResult run_config(Target& target, Draft& draft, const decode::SpeculativeOpti
 template <class Cache>
 int run_e2e(const Args& a, const bench::options& opts, const std::string& target_dir,
             const std::vector<std::string>& drafts) {
-  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head);
+  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head, a.target_packed_cache);
   std::map<std::string, WeightsPtr> dws;
   for (const auto& d : drafts)
     if (d != "lookup" && !dws.count(d)) dws[d] = load(d, a.lock, a.draft_lm_head);
@@ -523,12 +532,12 @@ std::size_t simulate_adaptive(double alpha, const std::vector<double>& verify, d
 template <class Cache>
 int run_cost_model(const Args& a, const bench::options& opts, const std::string& target_dir,
                    const std::string& draft_dir) {
-  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head);
+  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head, a.target_packed_cache);
   const WeightsPtr dw =
       draft_dir == "lookup" ? nullptr : load(draft_dir, a.lock, a.draft_lm_head);
   const std::size_t V = tw->config.vocab_size;
   const std::size_t P = a.context, K = a.k_max;
-  const int reps = opts.reps_or(opts.quick ? 3 : 20);
+  const int reps = opts.reps_or(opts.quick ? 3 : 10);
   const Tokens ctx = synthetic(P, V, 7);
   const Tokens extra = synthetic(K + 1, V, 8);
   bench::table out(opts, {"target", "draft", "threads", "row", "k", "verify_cost", "draft_cost",
@@ -545,33 +554,41 @@ int run_cost_model(const Args& a, const bench::options& opts, const std::string&
     std::vector<float> logits((K + 1) * V);
     must(target->forward(ctx, decode::LogitsMode::last, logits));
     // Target: one forward over m tokens after the P-token context, then back to P.
-    const auto time_target = [&](std::size_t m) {
-      const auto t = bench::measure(
-          [&] {
-            must(target->forward(std::span<const std::int32_t>(extra).first(m),
-                                 m == 1 ? decode::LogitsMode::last : decode::LogitsMode::all,
-                                 logits));
-            bench::do_not_optimize(logits[0]);
-            must(target->truncate(P));
-          },
-          reps);
-      return t.median_us * 1e-6;
+    const auto run_target = [&](std::size_t m) {
+      const auto t0 = std::chrono::steady_clock::now();
+      must(target->forward(std::span<const std::int32_t>(extra).first(m),
+                           m == 1 ? decode::LogitsMode::last : decode::LogitsMode::all, logits));
+      bench::do_not_optimize(logits[0]);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      must(target->truncate(P));
+      return s;
     };
-    // The decode step is the unit of every cost: timed before and after the verify forwards and
-    // the smaller kept (timing noise, a bandwidth dip or a preemption, only ever adds time).
-    const double t1_before = time_target(1);
-    std::vector<double> verify_s(K + 1, t1_before);
-    for (std::size_t k = 1; k <= K; ++k) verify_s[k] = time_target(k + 1);
-    const double t1_after = time_target(1);
-    if (std::max(t1_before, t1_after) > 1.2 * std::min(t1_before, t1_after)) {
-      bench::note("[spec] decode step {:.3f} ms before and {:.3f} ms after the verify forwards: "
-                  "the machine's speed drifted; keeping the smaller",
-                  t1_before * 1e3, t1_after * 1e3);
+    // The decode step is the unit of every cost, and this host's memory bandwidth drifts by
+    // tens of percent within a minute: so each verify forward is timed right after a decode
+    // step, in rounds that visit every k, and a cost is the median over rounds of the ratio
+    // within a pair (a dip or a preemption then moves one pair, not a whole k).
+    for (std::size_t m = 1; m <= K + 1; ++m) run_target(m);  // warm-up
+    std::vector<std::vector<double>> ratio(K + 1), verify_t(K + 1);
+    std::vector<double> decode_t;
+    for (int r = 0; r < reps; ++r) {
+      for (std::size_t k = 1; k <= K; ++k) {
+        const double t1 = run_target(1), tv = run_target(k + 1);
+        decode_t.push_back(t1);
+        verify_t[k].push_back(tv);
+        ratio[k].push_back(tv / t1);
+      }
     }
-    const double t1 = std::min(t1_before, t1_after);
-    verify_s[0] = t1;
-    std::vector<double> verify(K + 1, 1.0);  // [k]: forward over k + 1 tokens, in decode steps
-    for (std::size_t k = 1; k <= K; ++k) verify[k] = verify_s[k] / t1;
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      const std::size_t h = v.size() / 2;
+      return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+    };
+    const double t1 = median(decode_t);
+    std::vector<double> verify(K + 1, 1.0), verify_s(K + 1, t1);  // [k]: k + 1 tokens
+    for (std::size_t k = 1; k <= K; ++k) {
+      verify[k] = median(ratio[k]);
+      verify_s[k] = median(verify_t[k]);
+    }
     // Draft: one token forward and the greedy pick, after the same context.
     auto greedy = decode::Sampler::create(decode::SamplingOptions::greedy());
     decode::SparseDistribution dist;
@@ -704,6 +721,8 @@ int main(int argc, char** argv) {
       a.seed = to_size(key, next(), 0);
     } else if (key == "--no-lock") {
       a.lock = false;
+    } else if (key == "--packed-cache") {
+      a.target_packed_cache = next();
     } else if (key == "--draft-lm-head" || key == "--target-lm-head") {
       const std::string v = next();
       if (v != "q4" && v != "as_stored") die(key + ": expected q4 or as_stored", 2);
