@@ -116,6 +116,12 @@ struct Q4FastMicroAvx512Vnni {
   }                                                                                            \
   for (std::size_t g = 0; g < ng; ++g) {                                                       \
     const Q4Tile<G>* tl = tiles + g;                                                           \
+    {                                                                                          \
+      const auto ahead = reinterpret_cast<const char*>(                                        \
+          reinterpret_cast<std::uintptr_t>(tl) + kPrefetchTiles<MR> * sizeof(Q4Tile<G>));      \
+      for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64)                                  \
+        _mm_prefetch(ahead + b, _MM_HINT_T0);                                                  \
+    }                                                                                          \
     __m256i acc[MR][2][NA];                                                                    \
     for (std::size_t i = 0; i < MR; ++i)                                                       \
       for (std::size_t a = 0; a < NA; ++a) acc[i][0][a] = acc[i][1][a] = _mm256_setzero_si256(); \
@@ -166,6 +172,8 @@ struct Q4FastMicroAvx512Vnni {
 struct Q4FastMicroAvxVnni {
   static constexpr std::size_t mr = 3;
   static constexpr const char* name = "avx_vnni";
+  template <std::size_t MR>
+  static constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;  // see Q4FastMicroAvx512Vnni
   template <std::size_t G, std::size_t MR>
   __attribute__((target("avxvnni,avx2,fma,f16c"))) static void run(
       const Q4Tile<G>* tiles, std::size_t ng, const std::int8_t* xq, std::size_t ldq,
@@ -178,6 +186,8 @@ struct Q4FastMicroAvxVnni {
 struct Q4FastMicroAvx2 {
   static constexpr std::size_t mr = 2;
   static constexpr const char* name = "avx2";
+  template <std::size_t MR>
+  static constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;  // see Q4FastMicroAvx512Vnni
   template <std::size_t G, std::size_t MR>
   __attribute__((target("avx2,fma,f16c"))) static void run(
       const Q4Tile<G>* tiles, std::size_t ng, const std::int8_t* xq, std::size_t ldq,
