@@ -580,8 +580,7 @@ int run_cost_model(const Args& a, const bench::options& opts, const std::string&
     }
     const auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
-      const std::size_t h = v.size() / 2;
-      return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+      return bench::quantile_sorted(v, 0.5);
     };
     const double t1 = median(decode_t);
     std::vector<double> verify(K + 1, 1.0), verify_s(K + 1, t1);  // [k]: k + 1 tokens
