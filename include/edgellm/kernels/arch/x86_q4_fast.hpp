@@ -29,6 +29,24 @@ inline std::int32_t load_x4(const std::int8_t* p) noexcept {
   std::memcpy(&v, p, 4);
   return v;
 }
+
+/// Tiles to prefetch ahead of the one an MR-row call is reading. With one row per call a tile
+/// is consumed faster than DRAM delivers it and the hardware prefetcher alone keeps enough
+/// misses in flight a few tiles ahead; with more rows each tile takes MR times the arithmetic,
+/// and without a software prefetch far enough ahead the loads and the arithmetic stop
+/// overlapping (measured on the Qwen2-7B sweep, streaming from DRAM: MR = 8 on AVX-512 VNNI ran
+/// at half its in-cache rate, with an 8-tile prefetch at 80-95 % of it).
+template <std::size_t MR>
+inline constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;
+
+/// Prefetches the tile kPrefetchTiles<MR> after `tl` into L1. Decode and verification stream W
+/// from DRAM once; past the end of a tile row is harmless (prefetches never fault).
+template <std::size_t MR, std::size_t G>
+inline void prefetch_ahead(const Q4Tile<G>* tl) noexcept {
+  const auto ahead = reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(tl) +
+                                                   kPrefetchTiles<MR> * sizeof(Q4Tile<G>));
+  for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+}
 }  // namespace detail
 
 /// gemm_f32_qa8g<G>_qa4g<G>p16x8_<MR>x16_avx512vnni. One zmm = the 16 rows of a tile; per
@@ -41,14 +59,6 @@ inline std::int32_t load_x4(const std::int8_t* p) noexcept {
 struct Q4FastMicroAvx512Vnni {
   static constexpr std::size_t mr = 8;
   static constexpr const char* name = "avx512_vnni";
-  /// Tiles to prefetch ahead. With one row per call a tile is consumed faster than DRAM
-  /// delivers it and the hardware prefetcher alone keeps enough misses in flight a few tiles
-  /// ahead; with more rows each tile takes MR times the arithmetic, and without a software
-  /// prefetch far enough ahead the loads and the arithmetic stop overlapping (measured on the
-  /// Qwen2-7B sweep, streaming from DRAM: MR = 8 ran at half its in-cache rate, with an
-  /// 8-tile prefetch at 80-95 % of it).
-  template <std::size_t MR>
-  static constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;
 
   template <std::size_t G, std::size_t MR>
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))) static void run(
@@ -60,13 +70,7 @@ struct Q4FastMicroAvx512Vnni {
     for (std::size_t i = 0; i < MR; ++i) yacc[i] = _mm512_load_ps(out + 16 * i);
     for (std::size_t g = 0; g < ng; ++g) {
       const Q4Tile<G>* tl = tiles + g;
-      {
-        // Decode and verification stream W from DRAM once: prefetch ahead (past the end of
-        // this tile row is harmless: prefetches never fault) to keep enough misses in flight.
-        const auto ahead = reinterpret_cast<const char*>(
-            reinterpret_cast<std::uintptr_t>(tl) + kPrefetchTiles<MR> * sizeof(Q4Tile<G>));
-        for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
-      }
+      detail::prefetch_ahead<MR>(tl);
       __m512i acc[MR][NA];
       for (std::size_t i = 0; i < MR; ++i)
         for (std::size_t a = 0; a < NA; ++a) acc[i][a] = _mm512_setzero_si512();
@@ -116,12 +120,7 @@ struct Q4FastMicroAvx512Vnni {
   }                                                                                            \
   for (std::size_t g = 0; g < ng; ++g) {                                                       \
     const Q4Tile<G>* tl = tiles + g;                                                           \
-    {                                                                                          \
-      const auto ahead = reinterpret_cast<const char*>(                                        \
-          reinterpret_cast<std::uintptr_t>(tl) + kPrefetchTiles<MR> * sizeof(Q4Tile<G>));      \
-      for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64)                                  \
-        _mm_prefetch(ahead + b, _MM_HINT_T0);                                                  \
-    }                                                                                          \
+    detail::prefetch_ahead<MR>(tl);                                                            \
     __m256i acc[MR][2][NA];                                                                    \
     for (std::size_t i = 0; i < MR; ++i)                                                       \
       for (std::size_t a = 0; a < NA; ++a) acc[i][0][a] = acc[i][1][a] = _mm256_setzero_si256(); \
@@ -172,8 +171,6 @@ struct Q4FastMicroAvx512Vnni {
 struct Q4FastMicroAvxVnni {
   static constexpr std::size_t mr = 3;
   static constexpr const char* name = "avx_vnni";
-  template <std::size_t MR>
-  static constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;  // see Q4FastMicroAvx512Vnni
   template <std::size_t G, std::size_t MR>
   __attribute__((target("avxvnni,avx2,fma,f16c"))) static void run(
       const Q4Tile<G>* tiles, std::size_t ng, const std::int8_t* xq, std::size_t ldq,
@@ -186,8 +183,6 @@ struct Q4FastMicroAvxVnni {
 struct Q4FastMicroAvx2 {
   static constexpr std::size_t mr = 2;
   static constexpr const char* name = "avx2";
-  template <std::size_t MR>
-  static constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;  // see Q4FastMicroAvx512Vnni
   template <std::size_t G, std::size_t MR>
   __attribute__((target("avx2,fma,f16c"))) static void run(
       const Q4Tile<G>* tiles, std::size_t ng, const std::int8_t* xq, std::size_t ldq,
