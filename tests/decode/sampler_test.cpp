@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace {
@@ -171,6 +172,41 @@ TEST_CASE("sampler: greedy, seeds and the repetition penalty", "[sampler]") {
   CHECK(*gw->sample(kLogits, history) == 0);
   const std::vector<std::int32_t> old = {7, 5};
   CHECK(*gw->sample(kLogits, old) == 7);  // 5 is the only token in the window
+}
+
+TEST_CASE("sampler: the vectorised greedy pick is the lowest id of the largest score", "[sampler]") {
+  auto g = Sampler::create(SamplingOptions::greedy());
+  REQUIRE(g);
+  const float inf = INFINITY;
+  // The plain statement: first index i with no larger value anywhere.
+  const auto reference = [](const std::vector<float>& l) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < l.size(); ++i)
+      if (l[i] > l[best]) best = i;
+    return static_cast<std::int32_t>(best);
+  };
+  Rng rng(5);
+  for (std::size_t n : {1u, 2u, 15u, 16u, 17u, 63u, 64u, 100u, 4096u, 4099u}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> l(n);
+      // Few distinct values, so ties are common; some -inf, some signed zeros.
+      for (auto& v : l) {
+        const auto u = rng.next() % 8;
+        v = u == 0 ? -inf : u == 1 ? -0.0f : u == 2 ? 0.0f : static_cast<float>(u % 4) - 2.0f;
+      }
+      if (trial % 4 == 1) l[n - 1] = 100.0f;  // the maximum in the tail
+      if (trial % 4 == 2) std::fill(l.begin(), l.end(), -inf);
+      INFO("n = " << n << ", trial " << trial);
+      CHECK(*g->sample(l, {}) == reference(l));
+    }
+    std::vector<float> bad(n, 1.0f);
+    bad[n / 2] = NAN;
+    CHECK_FALSE(g->sample(bad, {}));
+    bad[n / 2] = inf;
+    auto r = g->sample(bad, {});
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("logits[" + std::to_string(n / 2) + "]"));
+  }
 }
 
 TEST_CASE("sampler: bad options and bad logits are refused", "[sampler]") {

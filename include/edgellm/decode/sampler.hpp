@@ -15,6 +15,14 @@
 #include <string>
 #include <vector>
 
+#include <xsimd/xsimd.hpp>
+
+// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace edgellm::decode {
 
 /// xoshiro256** seeded through splitmix64: the same stream for a seed on every platform and
@@ -143,6 +151,16 @@ class Sampler {
     if (n == 0) return make_error(errc::invalid_argument, "Sampler", "logits: empty");
     if (n > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
       return make_error(errc::invalid_argument, "Sampler", "logits: too many entries");
+    if (is_greedy() && (options_.repetition_penalty == 1.0f || history.empty())) {
+      // The common greedy step (each verified position of a speculative step is one): one pass
+      // over the logits, no copy. Same answer as the general path below: the lowest id of the
+      // largest score, and an error on NaN / +inf (left to that path to name).
+      if (const std::size_t best = greedy_argmax(logits); best < n) {
+        out.ids.assign(1, static_cast<std::int32_t>(best));
+        out.probs.assign(1, 1.0);
+        return {};
+      }
+    }
     work_.assign(logits.begin(), logits.end());
     for (std::size_t i = 0; i < n; ++i) {
       if (std::isnan(work_[i]) || work_[i] == std::numeric_limits<float>::infinity())
@@ -240,6 +258,39 @@ class Sampler {
  private:
   explicit Sampler(const SamplingOptions& o) : options_(o), rng_(o.seed) {}
 
+  /// The lowest index of the largest logit, or logits.size() when one is NaN or +inf: one
+  /// vector pass for the maximum and the check, one for the first index that holds it.
+  static std::size_t greedy_argmax(std::span<const float> logits) noexcept {
+    using batch = xsimd::batch<float>;
+    constexpr std::size_t L = batch::size;
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    const std::size_t n = logits.size();
+    const float* x = logits.data();
+    batch vmax(-inf);
+    auto vgood = batch(0.0f) == batch(0.0f);  // all true
+    std::size_t i = 0;
+    for (; i + L <= n; i += L) {
+      const batch v = batch::load_unaligned(x + i);
+      vgood = vgood & (v < batch(inf));  // false for NaN and +inf (an ordered comparison)
+      vmax = xsimd::max(vmax, v);
+    }
+    if (!xsimd::all(vgood)) return n;
+    alignas(64) float lanes[L];
+    vmax.store_aligned(lanes);
+    float mx = -inf;
+    for (std::size_t j = 0; j < L; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
+    for (; i < n; ++i) {
+      if (!(x[i] < inf)) return n;
+      mx = x[i] > mx ? x[i] : mx;
+    }
+    i = 0;
+    for (; i + L <= n && !xsimd::any(batch::load_unaligned(x + i) == batch(mx)); i += L) {
+    }
+    for (; i < n; ++i)
+      if (x[i] == mx) return i;  // reached: every value is finite or -inf, mx is one of them
+    return n;
+  }
+
   void apply_penalty(std::span<const std::int32_t> history) {
     const float pen = options_.repetition_penalty;
     if (pen == 1.0f || history.empty()) return;
@@ -264,3 +315,7 @@ class Sampler {
 };
 
 }  // namespace edgellm::decode
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
