@@ -673,7 +673,10 @@ TEST_CASE("speculative: adaptive k falls back to plain decoding with a useless d
   target.per_token_us = 15 * kSpinScale;
   draft.base_us = 60 * kSpinScale;
   auto dec = make_decoder(target, draft, adaptive());
+  const auto t0 = std::chrono::steady_clock::now();
   CHECK(spec_decode(dec, prompt, N, g) == expect);
+  const double wall_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   const auto& s = dec.stats();
   const double spec_us = target.nominal_us + draft.nominal_us;
   INFO("target forwards " << s.target_forwards << " for " << s.emitted << " tokens, drafted "
@@ -686,9 +689,12 @@ TEST_CASE("speculative: adaptive k falls back to plain decoding with a useless d
   // plainly decoded token through it.
   WARN("draft forwarded " << draft.forwarded << " tokens for " << N << " decoded");
   // 273 measured in release; 320 replaying every gap. How often the decoder probes depends on
-  // measured times, which emulation and sanitizers distort (351 seen under qemu): there, only
-  // require fewer forwards than decoded tokens.
-  CHECK(draft.forwarded < edgellm::test::scaled(N * 3 / 4, N));
+  // measured times, which emulation, sanitizers and a busy machine distort (351 seen under qemu,
+  // 322-366 with two other processes spinning on this 2-core host): there, only require fewer
+  // forwards than decoded tokens. "Busy": the run took 20 % longer than the modelled costs.
+  const bool faithful_clock = wall_us < 1.2 * spec_us;
+  if (!faithful_clock) WARN("the run took " << wall_us / spec_us << "x its modelled time");
+  CHECK(draft.forwarded < (faithful_clock ? edgellm::test::scaled(N * 3 / 4, N) : N));
 }
 
 TEST_CASE("speculative: adaptive k drafts long with a good draft", "[speculative]") {
