@@ -3,7 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -24,11 +27,13 @@ TEST_CASE("ThreadPool runs every index once, on distinct threads", "[thread_pool
     for (int round = 0; round < 200; ++round) {
       std::vector<std::atomic<int>> hits(n);
       std::vector<std::thread::id> ids(n);
+      std::atomic<int> wrong_nt{0};  // Catch's assertions are not for worker threads
       (*pool)->run([&](std::size_t t, std::size_t nt) {
-        REQUIRE(nt == n);
+        if (nt != n) wrong_nt.fetch_add(1);
         hits[t].fetch_add(1);
         ids[t] = std::this_thread::get_id();
       });
+      REQUIRE(wrong_nt.load() == 0);
       for (std::size_t t = 0; t < n; ++t) REQUIRE(hits[t].load() == 1);
       REQUIRE(ids[0] == std::this_thread::get_id());
       for (std::size_t a = 0; a < n; ++a)
@@ -53,6 +58,44 @@ TEST_CASE("parallel_for covers [0, count) exactly once with a fixed partition",
     for (int s : seen) REQUIRE(s == 1);
     for (auto [b, e] : chunks) REQUIRE(b < e);
   }
+}
+
+TEST_CASE("parallel_for_balanced covers [0, count) exactly once, and idle threads take over",
+          "[thread_pool]") {
+  for (std::size_t n : {1, 2, 3, 5}) {
+    auto pool = ThreadPool::create(n);
+    REQUIRE(pool);
+    for (std::size_t count : {0, 1, 2, 7, 64, 1000, 4099}) {
+      for (std::size_t grain : {0, 1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> seen(count);
+        std::atomic<bool> bad_piece{false};
+        (*pool)->parallel_for_balanced(count, grain, [&](std::size_t b, std::size_t e) {
+          if (!(b < e && e <= count && e - b <= std::max<std::size_t>(grain, 1)))
+            bad_piece = true;
+          for (std::size_t i = b; i < e; ++i) seen[i].fetch_add(1);
+        });
+        INFO("threads " << n << ", count " << count << ", grain " << grain);
+        CHECK_FALSE(bad_piece.load());
+        for (std::size_t i = 0; i < count; ++i) REQUIRE(seen[i].load() == 1);
+      }
+    }
+  }
+  // One thread stalls on its first piece: the others must run most of its range.
+  auto pool = ThreadPool::create(2);
+  REQUIRE(pool);
+  const std::size_t count = 64;
+  std::vector<std::thread::id> owner(count);
+  const auto caller = std::this_thread::get_id();
+  (*pool)->parallel_for_balanced(count, 1, [&](std::size_t b, std::size_t e) {
+    if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (std::size_t i = b; i < e; ++i) owner[i] = std::this_thread::get_id();
+  });
+  std::size_t by_caller = 0;
+  for (const auto& id : owner) by_caller += id == caller ? 1 : 0;
+  // Thread 0 (the caller) owns [0, 32) and sleeps in index 0; the worker finishes its own half
+  // in microseconds and then takes pieces from the back of the caller's.
+  CHECK(owner[0] == caller);
+  CHECK(by_caller < count / 2);
 }
 
 TEST_CASE("ThreadPool::run may be called from several application threads", "[thread_pool]") {

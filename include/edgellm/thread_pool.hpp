@@ -86,6 +86,65 @@ class ThreadPool {
   template <class Fn>
   void run(Fn&& fn) {
     std::lock_guard<std::mutex> lock(run_mutex_);
+    run_locked(fn);
+  }
+
+  /// Splits [0, count) into size() contiguous chunks and calls fn(begin, end) for each
+  /// non-empty chunk, chunk t on thread t. The partition depends only on count and size().
+  template <class Fn>
+  void parallel_for(std::size_t count, Fn&& fn) {
+    run([&](std::size_t t, std::size_t nt) {
+      const std::size_t b = count * t / nt, e = count * (t + 1) / nt;
+      if (b < e) fn(b, e);
+    });
+  }
+
+  /// fn(begin, end) over [0, count) in pieces of at most `grain`, balanced at run time: thread
+  /// t starts on the t-th of size() equal ranges and walks it front to back (one stream through
+  /// memory, as parallel_for); a thread whose range is done takes pieces from the back of the
+  /// others' ranges. For work that one slow core (a busy host, a little core) would otherwise
+  /// hold up. Every index is visited exactly once; which thread runs it varies from call to call.
+  template <class Fn>
+  void parallel_for_balanced(std::size_t count, std::size_t grain, Fn&& fn) {
+    if (count >= (std::uint64_t{1} << 32)) {  // ranges are packed in 32-bit halves
+      parallel_for(count, fn);
+      return;
+    }
+    grain = grain == 0 ? 1 : grain;
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    // Each range: front (low half) and back (high half) of what is left, in one atomic, so the
+    // owner (taking from the front) and thieves (from the back) never overlap. Set before any
+    // thread starts (run_locked publishes them with its release of the generation counter).
+    const std::size_t nt = size();
+    for (std::size_t t = 0; t < nt; ++t)
+      ranges_[t].fb.store(pack(count * t / nt, count * (t + 1) / nt), std::memory_order_relaxed);
+    auto body = [&](std::size_t t, std::size_t) {
+      for (;;) {  // own range, front to back
+        std::uint64_t v = ranges_[t].fb.load(std::memory_order_relaxed);
+        const std::size_t f = front(v), b = back(v);
+        if (f >= b) break;
+        const std::size_t nf = std::min(f + grain, b);
+        if (ranges_[t].fb.compare_exchange_weak(v, pack(nf, b), std::memory_order_relaxed))
+          fn(f, nf);
+      }
+      for (std::size_t i = 1; i < nt; ++i) {  // then the others', from their backs
+        Range& r = ranges_[(t + i) % nt];
+        for (;;) {
+          std::uint64_t v = r.fb.load(std::memory_order_relaxed);
+          const std::size_t f = front(v), b = back(v);
+          if (f >= b) break;
+          const std::size_t nb = b - std::min(grain, b - f);
+          if (r.fb.compare_exchange_weak(v, pack(f, nb), std::memory_order_relaxed)) fn(nb, b);
+        }
+      }
+    };
+    run_locked(body);
+  }
+
+ private:
+  // run() with run_mutex_ held.
+  template <class Fn>
+  void run_locked(Fn& fn) {
     const std::size_t n = size();
     if (n == 1) {
       fn(std::size_t{0}, std::size_t{1});
@@ -105,27 +164,25 @@ class ThreadPool {
     }
   }
 
-  /// Splits [0, count) into size() contiguous chunks and calls fn(begin, end) for each
-  /// non-empty chunk, chunk t on thread t. The partition depends only on count and size().
-  template <class Fn>
-  void parallel_for(std::size_t count, Fn&& fn) {
-    run([&](std::size_t t, std::size_t nt) {
-      const std::size_t b = count * t / nt, e = count * (t + 1) / nt;
-      if (b < e) fn(b, e);
-    });
-  }
-
- private:
   struct Task {
     void (*call)(void*, std::size_t, std::size_t);
     void* ctx;
   };
+  struct alignas(64) Range {  // parallel_for_balanced: what is left of one thread's range
+    std::atomic<std::uint64_t> fb{0};
+  };
+  static std::uint64_t pack(std::size_t f, std::size_t b) noexcept {
+    return static_cast<std::uint64_t>(f) | (static_cast<std::uint64_t>(b) << 32);
+  }
+  static std::size_t front(std::uint64_t v) noexcept { return static_cast<std::size_t>(v & 0xFFFFFFFFu); }
+  static std::size_t back(std::uint64_t v) noexcept { return static_cast<std::size_t>(v >> 32); }
+
   template <class F>
   static void invoke(void* ctx, std::size_t t, std::size_t n) {
     (*static_cast<F*>(ctx))(t, n);
   }
 
-  explicit ThreadPool(std::size_t n_threads) {
+  explicit ThreadPool(std::size_t n_threads) : ranges_(new Range[n_threads]) {
     workers_.reserve(n_threads - 1);
     for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
   }
@@ -152,6 +209,7 @@ class ThreadPool {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<std::size_t> pending_{0};
   std::atomic<bool> stop_{false};
+  std::unique_ptr<Range[]> ranges_;  // [size()] parallel_for_balanced ranges
 };
 
 /// Runs fn over [0, count) on the pool, or inline when pool is null.
@@ -161,6 +219,16 @@ void parallel_for(ThreadPool* pool, std::size_t count, Fn&& fn) {
     if (count) fn(std::size_t{0}, count);
   } else {
     pool->parallel_for(count, fn);
+  }
+}
+
+/// pool->parallel_for_balanced(count, grain, fn), or fn(0, count) inline without a pool.
+template <class Fn>
+void parallel_for_balanced(ThreadPool* pool, std::size_t count, std::size_t grain, Fn&& fn) {
+  if (pool == nullptr || pool->size() == 1) {
+    if (count) fn(std::size_t{0}, count);
+  } else {
+    pool->parallel_for_balanced(count, grain, fn);
   }
 }
 

@@ -267,7 +267,11 @@ inline status dense_matmul(const DenseMatrix& w, std::span<const float> x, std::
         "bias: size " + std::to_string(bias.size()) + ", expected " + std::to_string(w.n()));
   }
   const float* b = bias.empty() ? nullptr : bias.data();
-  parallel_for(pool, w.n(), [&](std::size_t r0, std::size_t r1) {
+  // Rows in pieces of about 1/8 of a thread's share (a multiple of the kernel's 8-row block),
+  // balanced at run time as the int4 products are (kernels::gemm).
+  const std::size_t threads = pool ? pool->size() : 1;
+  const std::size_t grain = std::max<std::size_t>(8, w.n() / (threads * 8) / 8 * 8);
+  parallel_for_balanced(pool, w.n(), grain, [&](std::size_t r0, std::size_t r1) {
     std::unique_ptr<float[]> scratch;  // widens 16-bit rows once for many activation rows
     if (const std::size_t f = kernels::dense_scratch_floats(w.k());
         f > 0 && m > 1 && w.type() != DenseType::f32)
