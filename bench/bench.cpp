@@ -3,14 +3,16 @@
 // spirit of llama-bench, with the bandwidth roofline measured by the same binary in the run.
 //
 //   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-t 1,2] [--exact] [--lm-head q4|as_stored]
-//                 [--kv-type int8|f16|f32] [--packed-cache auto|FILE] [--format json] [--quick]
+//                 [--kv-type int8|f16|f32] [--packed-cache auto|FILE] [--packed-cache-copy]
+//                 [--format json] [--quick]
 //                 [--reps N] [--no-lock]
 //
 // Rows: pp<P> (prefill P tokens from an empty cache; tokens_per_s = P / time, ttft_ms = the
 // prefill time including the last token's logits), tg<N> (N single-token forwards after a
-// 16-token prompt, greedy; pct_roofline = weight bytes read per token * tokens_per_s / membw,
-// with membw the read bandwidth measured with the same thread count right after; ttft_ms = that
-// 16-token prefill), start16 (ttft_ms = load time + that prefill: start to first token) and
+// 16-token prompt, greedy; per rep, weight bytes read per token * tokens/s / the read bandwidth
+// probed with the same thread count just before and after that rep (their mean); the row gives
+// the median tokens_per_s, the median share (pct_roofline) and the median probe (membw_gbps);
+// ttft_ms = that 16-token prefill), start16 (ttft_ms = load time + that prefill: start to first token) and
 // prefix512+16 (prompt-cache time to first token).
 // Weight bytes per token: every decoder linear (packed int4 or dense) + lm_head + norms; the
 // embedding row and the KV cache are not counted. Weights are owned memory (repacked) plus the
@@ -42,6 +44,7 @@ constexpr std::string_view kUsage =
     "  --exact                   exact fp32 int4 path instead of the fast W4A8 path\n"
     "  --lm-head q4|as_stored    quantise lm_head to int4 at load (default as_stored)\n"
     "  --packed-cache auto|FILE  map the int4 weights from a packed cache (written if missing)\n"
+    "  --packed-cache-copy       copy them out of it into owned 2 MiB-page memory instead\n"
     "  --kv-type int8|f16|f32    KV cache type (default int8; --kv is an alias)\n"
     "  --no-lock                 do not mlock the packed weights\n";
 
@@ -76,12 +79,14 @@ constexpr std::size_t kSystem = 512, kUser = 16;  // prefix-cache row: system + 
 template <class Cache>
 int run_model(const std::string& dir, const bench::options& opts, std::size_t P, std::size_t N,
               bool exact, model::LmHeadFormat lm_head, const std::string& packed_cache,
+              bool packed_copy,
               bool lock, const std::string& kv_name,
               bench::table& out) {
   const auto t_load0 = std::chrono::steady_clock::now();
   model::LoadOptions lo;
   lo.lm_head = lm_head;
   lo.packed_cache = packed_cache;
+  lo.packed_cache_copy = packed_copy;
   auto weights = model::load_weights(dir, lo);
   if (!weights) {
     bench::note("{}", weights.error().message);
@@ -139,39 +144,53 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
              static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
              0.0, 0.0, locked ? "mlocked" : "resident"});
 
-    // tg: N greedy single-token steps after a 16-token prompt.
+    // tg: N greedy single-token steps after a 16-token prompt. The read bandwidth is probed
+    // before each rep and after the last (this host's drifts by tens of percent between
+    // minutes), and each rep's share of the roofline uses the mean of the probes beside it;
+    // the row gives the medians over reps.
     std::vector<std::int32_t> start(prompt.begin(), prompt.begin() + std::min<std::size_t>(16, P));
-    std::vector<double> ttfts_ms, decodes_s;  // per rep: the 16-token prefill, the N steps
-    (void)bench::measure(
-        [&] {
-          if (auto st = tr->truncate(0); !st) std::exit(1);
-          const auto t0 = std::chrono::steady_clock::now();
-          if (auto st = tr->forward(start, decode::LogitsMode::last, logits); !st)
-            std::exit((bench::note("{}", st.error().message), 1));
-          const auto t1 = std::chrono::steady_clock::now();
-          ttfts_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-          for (std::size_t i = 0; i < N; ++i) {
-            const auto next = static_cast<std::int32_t>(
-                std::max_element(logits.begin(), logits.end()) - logits.begin());
-            if (auto st = tr->forward(std::span<const std::int32_t>(&next, 1),
-                                      decode::LogitsMode::last, logits);
-                !st)
-              std::exit((bench::note("{}", st.error().message), 1));
-          }
-          decodes_s.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-        },
-        reps, 0);
+    std::vector<double> ttfts_ms, decodes_s, probes;  // per rep: 16-token prefill, N steps, GB/s
+    const std::size_t bw_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+    const auto probe = [&] {
+      probes.push_back(bench::measure_read_bandwidth_gbps(
+          threads, bw_bytes / static_cast<std::size_t>(threads), 3));
+    };
+    for (int r = 0; r < reps; ++r) {
+      probe();
+      if (auto st = tr->truncate(0); !st) std::exit(1);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (auto st = tr->forward(start, decode::LogitsMode::last, logits); !st)
+        std::exit((bench::note("{}", st.error().message), 1));
+      const auto t1 = std::chrono::steady_clock::now();
+      ttfts_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      for (std::size_t i = 0; i < N; ++i) {
+        const auto next = static_cast<std::int32_t>(
+            std::max_element(logits.begin(), logits.end()) - logits.begin());
+        if (auto st = tr->forward(std::span<const std::int32_t>(&next, 1),
+                                  decode::LogitsMode::last, logits);
+            !st)
+          std::exit((bench::note("{}", st.error().message), 1));
+      }
+      decodes_s.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    }
+    probe();
     const auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
+    std::vector<double> shares;  // per rep: % of the roofline
+    for (std::size_t r = 0; r < decodes_s.size(); ++r) {
+      const double bw = 0.5 * (probes[r] + probes[r + 1]);
+      const double tps = static_cast<double>(N) / std::max(1e-9, decodes_s[r]);
+      shares.push_back(bw > 0 ? static_cast<double>(per_token) * tps / (bw * 1e9) * 100 : 0.0);
+      bench::note("[bench] t={} tg{} rep {}: {:.2f} tok/s, bandwidth {:.1f} / {:.1f} GB/s -> {:.0f}%",
+                  threads, N, r, tps, probes[r], probes[r + 1], shares.back());
+    }
     const double ttft_ms = median(ttfts_ms);
     const double tg_tps = static_cast<double>(N) / std::max(1e-9, median(decodes_s));
-    const std::size_t bw_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
-    const double membw = bench::measure_read_bandwidth_gbps(
-        threads, bw_bytes / static_cast<std::size_t>(threads), 3);
-    const double roofline = static_cast<double>(per_token) * tg_tps / (membw * 1e9) * 100;
+    const double membw = median(probes);
+    const double roofline = median(shares);
     bench::note("[bench] t={} pp{} {:.1f} tok/s, tg{} {:.1f} tok/s ({:.0f}% of {:.1f} GB/s)",
                 threads, P, pp_tps, N, tg_tps, roofline, membw);
     out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps, ttft_ms,
@@ -228,7 +247,7 @@ int main(int argc, char** argv) {
   const bench::options opts = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
   std::vector<std::string> models;
   std::size_t P = 128, N = 64;
-  bool exact = false, lock = true;
+  bool exact = false, lock = true, packed_copy = false;
   std::string kv = "int8";
   model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored;
   std::string packed_cache;
@@ -267,6 +286,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-lock") lock = false;
     else if (a == "--kv" || a == "--kv-type") kv = next();
     else if (a == "--packed-cache") packed_cache = next();
+    else if (a == "--packed-cache-copy") packed_copy = true;
     else if (a == "--lm-head") {
       const std::string v = next();
       if (v == "q4") lm_head = model::LmHeadFormat::q4;
@@ -292,7 +312,8 @@ int main(int argc, char** argv) {
   for (const auto& dir : models) {
     const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {
       using Cache = typename decltype(tag)::type;
-      return run_model<Cache>(dir, o, P, N, exact, lm_head, packed_cache, lock, kv, out);
+      return run_model<Cache>(dir, o, P, N, exact, lm_head, packed_cache, packed_copy, lock, kv,
+                              out);
     });
     if (rc != 0) return rc;
   }

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -94,6 +95,16 @@ TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
       REQUIRE(q >= file.data());
       REQUIRE(q < file.data() + file.size());
       require_same_int4(**plain, **second);
+
+      // Copied: owned matrices, the same bytes, no mapping kept.
+      LoadOptions c = o;
+      c.packed_cache_copy = true;
+      auto copied = load_weights(dir, c);
+      REQUIRE(copied);
+      REQUIRE((*copied)->packed_cache_note == "int4 weights copied from " + o.packed_cache);
+      REQUIRE_FALSE((*copied)->packed_cache_file);
+      REQUIRE((*copied)->layers[0].q_proj.q4.owns_data());
+      require_same_int4(**plain, **copied);
     }
   }
 }
@@ -143,6 +154,15 @@ TEST_CASE("packed cache: stale, truncated, corrupted or unwritable caches are re
     REQUIRE(again);
     REQUIRE_THAT((*again)->packed_cache_note, Contains("mapped"));
   }
+  SECTION("a flipped bit in the tiles, copying") {
+    flip_byte(path, std::filesystem::file_size(path) - 5000);
+    LoadOptions c = o;
+    c.packed_cache_copy = true;
+    auto w = load_weights(dir, c);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("wrote"));
+    require_same_int4(**plain, **w);
+  }
   SECTION("not a cache at all") {
     edgellm::test::write_file(path, "hello");
     auto w = load_weights(dir, o);
@@ -174,4 +194,11 @@ TEST_CASE("packed_checksum notices changed, swapped and missing words", "[model]
   b = a;
   b.back() ^= std::byte{1};
   REQUIRE(packed_checksum(b) != base);
+  // Fed in pieces of multiples of 32 bytes (the copy path): the same checksum.
+  for (std::size_t piece : {32u, 64u, 1024u, 4096u}) {
+    edgellm::model::detail::PackedChecksum c;
+    for (std::size_t o = 0; o < a.size(); o += piece)
+      c.update(a.data() + o, std::min(piece, a.size() - o));
+    CHECK(c.finish() == base);
+  }
 }

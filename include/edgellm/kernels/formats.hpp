@@ -74,8 +74,10 @@ class Q4Matrix {
  public:
   Q4Matrix() = default;
 
-  /// Allocates a zero-filled matrix; fails on bad sizes or allocation failure.
-  static result<Q4Matrix> allocate(std::size_t n, std::size_t k, std::size_t group_size) {
+  /// Allocates a zero-filled matrix (with zero_fill = false: uninitialised, for a caller that
+  /// writes every byte); fails on bad sizes or allocation failure.
+  static result<Q4Matrix> allocate(std::size_t n, std::size_t k, std::size_t group_size,
+                                   bool zero_fill = true) {
     if (auto st = check_dims(n, k, group_size, "Q4Matrix::allocate"); !st) return st.error();
     Q4Matrix m;
     m.n_ = n;
@@ -93,7 +95,7 @@ class Q4Matrix {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (align > 64) (void)::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
 #endif
-    std::memset(p, 0, bytes);
+    if (zero_fill) std::memset(p, 0, bytes);
     m.owned_ = std::unique_ptr<std::byte, detail::AlignedDelete>(p, detail::AlignedDelete{align});
     m.data_ = p;
     return m;

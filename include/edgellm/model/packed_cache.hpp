@@ -51,30 +51,51 @@ inline constexpr std::uint64_t kPackedVersion = 1;
 inline constexpr std::size_t kPackedHeaderBytes = 56, kPackedEntryBytes = 128,
                              kPackedNameBytes = 80, kPackedAlign = 4096;
 
+/// packed_checksum's running state, for data fed in pieces (PackedChecksum::update).
+class PackedChecksum {
+ public:
+  /// Feeds the next bytes; every piece but the last must be a multiple of 32 bytes long.
+  void update(const std::byte* p, std::size_t n) noexcept {
+    const std::size_t blocks = n / 32;
+    for (std::size_t i = 0; i < blocks; ++i) {
+      for (std::size_t j = 0; j < 4; ++j) {
+        std::uint64_t w;
+        std::memcpy(&w, p + 32 * i + 8 * j, 8);
+        a_[j] += w;
+        b_[j] += a_[j];
+      }
+    }
+    tail_ = p + 32 * blocks;
+    tail_bytes_ = n - 32 * blocks;
+    size_ += n;
+  }
+  /// The checksum of everything fed (the last piece must still be readable).
+  std::uint64_t finish() const noexcept {
+    std::uint64_t h = 0x9E3779B97F4A7C15ull;
+    const std::size_t words = tail_bytes_ / 8;
+    for (std::size_t i = 0; i < words; ++i) {
+      std::uint64_t w;
+      std::memcpy(&w, tail_ + 8 * i, 8);
+      h = (h ^ w) * 0x100000001B3ull;
+    }
+    for (std::size_t t = 8 * words; t < tail_bytes_; ++t)
+      h = (h ^ static_cast<std::uint8_t>(tail_[t])) * 0x100000001B3ull;
+    for (std::size_t j = 0; j < 4; ++j) h = (h ^ a_[j]) * 0x100000001B3ull ^ (b_[j] + j);
+    return h ^ size_;
+  }
+
+ private:
+  std::uint64_t a_[4] = {1, 2, 3, 4}, b_[4] = {0, 0, 0, 0};
+  const std::byte* tail_ = nullptr;  // the last piece's bytes past its 32-byte blocks
+  std::size_t tail_bytes_ = 0, size_ = 0;
+};
+
 /// A fast checksum of 8-byte words (four interleaved Fletcher-style lanes, which compilers
 /// vectorise): sensitive to any changed, swapped or truncated word. Not cryptographic.
 inline std::uint64_t packed_checksum(std::span<const std::byte> data) noexcept {
-  std::uint64_t a[4] = {1, 2, 3, 4}, b[4] = {0, 0, 0, 0};
-  const std::size_t words = data.size() / 8;
-  std::size_t i = 0;
-  for (; i + 4 <= words; i += 4) {
-    for (std::size_t j = 0; j < 4; ++j) {
-      std::uint64_t w;
-      std::memcpy(&w, data.data() + 8 * (i + j), 8);
-      a[j] += w;
-      b[j] += a[j];
-    }
-  }
-  std::uint64_t h = 0x9E3779B97F4A7C15ull;
-  for (; i < words; ++i) {
-    std::uint64_t w;
-    std::memcpy(&w, data.data() + 8 * i, 8);
-    h = (h ^ w) * 0x100000001B3ull;
-  }
-  for (std::size_t t = 8 * words; t < data.size(); ++t)
-    h = (h ^ static_cast<std::uint8_t>(data[t])) * 0x100000001B3ull;
-  for (std::size_t j = 0; j < 4; ++j) h = (h ^ a[j]) * 0x100000001B3ull ^ (b[j] + j);
-  return h ^ data.size();
+  PackedChecksum c;
+  c.update(data.data(), data.size());
+  return c.finish();
 }
 
 inline void fnv_mix(std::uint64_t& h, std::string_view s) noexcept {
@@ -177,15 +198,31 @@ class PackedCacheReader {
     return r;
   }
 
-  /// The matrix `name` with shape n x k and group size `group` as a view into the mapping, after
+  /// The matrix `name` with shape n x k and group size `group` as a view into the mapping, or
+  /// with `copy` as an owned copy (Q4Matrix::allocate: 2 MiB pages where the kernel allows), after
   /// checking its tiles' checksum; nullopt when the cache has no such entry or it does not match
   /// (the caller then builds that matrix from the checkpoint).
   std::optional<kernels::Q4Matrix> take(std::string_view name, std::size_t n, std::size_t k,
-                                        std::size_t group) const {
+                                        std::size_t group, bool copy = false) const {
     for (const PackedEntry& e : entries_) {
       if (e.name != name) continue;
       if (e.n != n || e.k != k || e.group != group) return std::nullopt;
       const std::span<const std::byte> tiles(file_.data() + e.offset, e.bytes);
+      if (copy) {
+        auto m = kernels::Q4Matrix::allocate(n, k, group, /*zero_fill=*/false);
+        if (!m || m->byte_size() != e.bytes) return std::nullopt;
+        // Copy and checksum in 1 MiB pieces, the checksum reading each piece while it is cached.
+        PackedChecksum c;
+        constexpr std::size_t kPiece = std::size_t{1} << 20;
+        std::byte* dst = m->mutable_data();
+        for (std::size_t o = 0; o < e.bytes; o += kPiece) {
+          const std::size_t len = std::min(kPiece, e.bytes - o);
+          std::memcpy(dst + o, tiles.data() + o, len);
+          c.update(dst + o, len);
+        }
+        if (c.finish() != e.checksum) return std::nullopt;
+        return std::move(*m);
+      }
       if (packed_checksum(tiles) != e.checksum) return std::nullopt;
       auto m = kernels::Q4Matrix::view(tiles.data(), tiles.size(), n, k, group);
       if (!m || m->byte_size() != e.bytes) return std::nullopt;
