@@ -97,7 +97,8 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
   const model::TransformerWeights& w = **weights;
   const std::size_t per_token = bytes_per_token(w);
   std::size_t model_bytes = w.owned_bytes();
-  if (!w.lm_head.quantized()) model_bytes += linear_bytes(w.lm_head);
+  if (!w.lm_head.quantized() && w.lm_head.dense.owned_bytes() == 0)  // a view of the file
+    model_bytes += linear_bytes(w.lm_head);
   bool locked = lock;
   if (lock) lock_weights(w, locked);
   if (!w.packed_cache_note.empty()) bench::note("[bench] packed cache: {}", w.packed_cache_note);

@@ -105,6 +105,12 @@ TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
       REQUIRE_FALSE((*copied)->packed_cache_file);
       REQUIRE((*copied)->layers[0].q_proj.q4.owns_data());
       require_same_int4(**plain, **copied);
+      const auto& ph = (*plain)->lm_head.dense;
+      const auto& ch = (*copied)->lm_head.dense;
+      if (!(*plain)->lm_head.quantized()) {  // an unquantised lm_head is copied too
+        REQUIRE(ch.owned_bytes() == ph.n() * ph.k() * ph.element_size());
+        REQUIRE(std::memcmp(ch.data(), ph.data(), ch.owned_bytes()) == 0);
+      }
     }
   }
 }

@@ -72,10 +72,12 @@ struct LoadOptions {
   /// fp32_reference mode.
   std::string packed_cache;
   /// With packed_cache: copy the int4 matrices out of the mapped file into owned memory (2 MiB
-  /// pages where the kernel allows) instead of using them in place. Loading reads and writes
-  /// them once more, and the weights count as owned memory; decoding then streams them faster,
-  /// since a file mapping uses 4 KiB pages (Qwen2-7B, 2 threads on this 2-core host: about
-  /// 6-8.5 tokens/s in place, 10-11 tokens/s copied or repacked).
+  /// pages where the kernel allows) instead of using them in place, and an unquantised lm_head
+  /// out of the checkpoint likewise. Loading reads and writes them once more (Qwen2-7B: 2 s ->
+  /// about 9 s here, most of it the kernel's first touch of fresh pages), and the weights count
+  /// as owned memory; decoding then streams them faster, since a file mapping uses 4 KiB pages
+  /// (Qwen2-7B int4 part, 2 threads on this 2-core host: 5.8-5.9 tokens/s in place, 8.6-9.1
+  /// copied).
   bool packed_cache_copy = false;
 };
 
@@ -125,7 +127,8 @@ inline std::size_t release_mapped_pages(std::span<const std::byte> bytes) noexce
 }
 
 struct AlignedFree {
-  void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
+  std::size_t align = 64;  // as allocated
+  void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{align}); }
 };
 using AlignedBytes = std::unique_ptr<std::byte, AlignedFree>;
 
@@ -178,6 +181,30 @@ class DenseMatrix {
       std::memcpy(m.owned_.get(), t.bytes.data(), t.bytes.size());
       m.data_ = m.owned_.get();
     }
+    return m;
+  }
+
+  /// An owned copy of a stored tensor of shape [n, k] (see view()), for weights streamed every
+  /// token: large copies sit on 2 MiB pages where the kernel allows (a file mapping uses 4 KiB
+  /// pages, which stream slower).
+  static result<DenseMatrix> copy_of(const io::TensorView& t) {
+    auto m = view(t);
+    if (!m) return m.error();
+    if (m->owned_) return m;  // view() already copied it
+    const std::size_t bytes = t.bytes.size();
+    const std::size_t align = bytes >= (std::size_t{4} << 20) ? (std::size_t{2} << 20) : 64;
+    auto* p = static_cast<std::byte*>(::operator new(bytes ? bytes : 1, std::align_val_t{align},
+                                                     std::nothrow));
+    if (p == nullptr) {
+      return make_error(errc::capacity_exceeded, "DenseMatrix::copy_of",
+                        t.name() + ": cannot allocate " + std::to_string(bytes) + " bytes");
+    }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align > 64) (void)::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
+    std::memcpy(p, t.bytes.data(), bytes);
+    m->owned_ = detail::AlignedBytes(p, detail::AlignedFree{align});
+    m->data_ = p;
     return m;
   }
 
@@ -462,6 +489,14 @@ class WeightLoader {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
     if (!t) return t.error();
     return DenseMatrix::view(*t);
+  }
+
+  /// The dense weight [n][k] copied into owned memory (DenseMatrix::copy_of).
+  result<DenseMatrix> dense_copy(const std::string& name, std::size_t n, std::size_t k,
+                                 std::string_view why) const {
+    auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
+    if (!t) return t.error();
+    return DenseMatrix::copy_of(*t);
   }
 
   /// A dense weight [n][k] converted to owned fp32 (reference mode).
@@ -821,7 +856,8 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
       w->lm_head.q4 = std::move(*q);
     }
   } else {
-    auto d = ld.dense_view(head_name, V, H, head_why);
+    auto d = options.packed_cache_copy ? ld.dense_copy(head_name, V, H, head_why)
+                                       : ld.dense_view(head_name, V, H, head_why);
     if (!d) return d.error();
     w->lm_head.dense = std::move(*d);
   }
