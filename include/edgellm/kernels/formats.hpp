@@ -57,6 +57,21 @@ struct AlignedDelete {
   std::size_t align = 64;
   void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{align}); }
 };
+using AlignedBuffer = std::unique_ptr<std::byte, AlignedDelete>;
+
+/// Uninitialised bytes for weights streamed every token: 64-byte aligned, and for 4 MiB or more
+/// 2 MiB aligned and backed by 2 MiB pages where the kernel allows (transparent huge pages in
+/// madvise mode), which removes most TLB misses. Null on allocation failure.
+inline AlignedBuffer allocate_streamed(std::size_t bytes) noexcept {
+  const std::size_t align = bytes >= (std::size_t{4} << 20) ? (std::size_t{2} << 20) : 64;
+  auto* p = static_cast<std::byte*>(
+      ::operator new(bytes ? bytes : 1, std::align_val_t{align}, std::nothrow));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p != nullptr && align > 64)
+    (void)::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
+  return AlignedBuffer(p, AlignedDelete{align});
+}
 }  // namespace detail
 
 /// Bytes of one packed tile for a run-time group size.
@@ -84,19 +99,14 @@ class Q4Matrix {
     m.k_ = k;
     m.group_size_ = group_size;
     const std::size_t bytes = m.byte_size();
-    // Large matrices are streamed once per token: back them with 2 MiB pages where the kernel
-    // allows (transparent huge pages in madvise mode), which removes most TLB misses.
-    const std::size_t align = bytes >= (std::size_t{4} << 20) ? (std::size_t{2} << 20) : 64;
-    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{align}, std::nothrow));
-    if (p == nullptr) {
+    auto buf = detail::allocate_streamed(bytes);
+    if (!buf) {
       return make_error(errc::capacity_exceeded, "Q4Matrix::allocate",
                         "cannot allocate " + std::to_string(bytes) + " bytes");
     }
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (align > 64) (void)::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
-#endif
+    std::byte* p = buf.get();
     if (zero_fill) std::memset(p, 0, bytes);
-    m.owned_ = std::unique_ptr<std::byte, detail::AlignedDelete>(p, detail::AlignedDelete{align});
+    m.owned_ = std::move(buf);
     m.data_ = p;
     return m;
   }
@@ -189,7 +199,7 @@ class Q4Matrix {
     return data_ + (t * n_groups() + g) * tile_bytes();
   }
 
-  std::unique_ptr<std::byte, detail::AlignedDelete> owned_;
+  detail::AlignedBuffer owned_;
   const std::byte* data_ = nullptr;
   std::size_t n_ = 0, k_ = 0, group_size_ = 0;
 };

@@ -74,10 +74,9 @@ struct LoadOptions {
   /// With packed_cache: copy the int4 matrices out of the mapped file into owned memory (2 MiB
   /// pages where the kernel allows) instead of using them in place, and an unquantised lm_head
   /// out of the checkpoint likewise. Loading reads and writes them once more (Qwen2-7B: 2 s ->
-  /// about 9 s here, most of it the kernel's first touch of fresh pages), and the weights count
-  /// as owned memory; decoding then streams them faster, since a file mapping uses 4 KiB pages
-  /// (Qwen2-7B int4 part, 2 threads on this 2-core host: 5.8-5.9 tokens/s in place, 8.6-9.1
-  /// copied).
+  /// 11.6 s here, most of it the kernel's first touch of fresh pages), and the weights count as
+  /// owned memory; decoding then streams them faster, since a file mapping uses 4 KiB pages
+  /// (Qwen2-7B, 2 threads on this 2-core host: 5.8-5.9 tokens/s in place, 10.1 copied).
   bool packed_cache_copy = false;
 };
 
@@ -126,11 +125,7 @@ inline std::size_t release_mapped_pages(std::span<const std::byte> bytes) noexce
 #endif
 }
 
-struct AlignedFree {
-  std::size_t align = 64;  // as allocated
-  void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{align}); }
-};
-using AlignedBytes = std::unique_ptr<std::byte, AlignedFree>;
+using AlignedBytes = kernels::detail::AlignedBuffer;
 
 inline AlignedBytes allocate_aligned(std::size_t bytes) noexcept {
   return AlignedBytes(static_cast<std::byte*>(
@@ -192,18 +187,14 @@ class DenseMatrix {
     if (!m) return m.error();
     if (m->owned_) return m;  // view() already copied it
     const std::size_t bytes = t.bytes.size();
-    const std::size_t align = bytes >= (std::size_t{4} << 20) ? (std::size_t{2} << 20) : 64;
-    auto* p = static_cast<std::byte*>(::operator new(bytes ? bytes : 1, std::align_val_t{align},
-                                                     std::nothrow));
-    if (p == nullptr) {
+    auto buf = kernels::detail::allocate_streamed(bytes);
+    if (!buf) {
       return make_error(errc::capacity_exceeded, "DenseMatrix::copy_of",
                         t.name() + ": cannot allocate " + std::to_string(bytes) + " bytes");
     }
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (align > 64) (void)::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
-#endif
+    std::byte* p = buf.get();
     std::memcpy(p, t.bytes.data(), bytes);
-    m->owned_ = detail::AlignedBytes(p, detail::AlignedFree{align});
+    m->owned_ = std::move(buf);
     m->data_ = p;
     return m;
   }
