@@ -419,6 +419,9 @@ concept DraftWithProposalHint = requires(const D& d) {
 template <Model Target, Model Draft>
 class SpeculativeDecoder {
  public:
+  /// Longest gap a lagging model draft replays in adaptive mode (see the class comment).
+  static constexpr std::size_t kCatchUpWindow = 64;
+
   /// A decoder over `target` and `draft`. Errors (errc::invalid_argument): the draft's
   /// vocab_size() differs from the target's (they must share the tokenizer), draft and target
   /// are the same object, options out of range (see SpeculativeOptions).
@@ -687,9 +690,6 @@ class SpeculativeDecoder {
     drafts_.resize(kcap);
     scratch_.assign(V_, 0.0);
   }
-
-  /// Longest gap a lagging model draft replays in adaptive mode (see the class comment).
-  static constexpr std::size_t kCatchUpWindow = 64;
 
   /// The draft's position in sequence coordinates: it holds seq_[doff_, doff_ + position()).
   std::size_t draft_pos() const { return doff_ + draft_->position(); }
