@@ -176,10 +176,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
     }
     probe();
-    const auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v.empty() ? 0.0 : v[v.size() / 2];
-    };
+    using bench::median;
     std::vector<double> shares;  // per rep: % of the roofline
     for (std::size_t r = 0; r < decodes_s.size(); ++r) {
       const double bw = 0.5 * (probes[r] + probes[r + 1]);

@@ -226,6 +226,12 @@ inline double quantile_sorted(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
 }
 
+/// The median of samples (the mean of the middle two for an even count); 0 when empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return quantile_sorted(v, 0.5);
+}
+
 /// Calls `fn()` `warmup` times untimed (default: reps/5, at least 1), then `reps` times, each
 /// timed alone with steady_clock, and returns median, p10, p90 and min in microseconds.
 /// `fn` should feed its result to do_not_optimize so the work is not elided.

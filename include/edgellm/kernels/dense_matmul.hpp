@@ -127,6 +127,9 @@ inline xsimd::batch<float, Arch> dense_load(const std::byte* row, std::size_t c)
   }
 }
 
+/// Distance of dense_dots' software prefetch, in bytes along each W row.
+inline constexpr std::size_t kDensePrefetchBytes = 512;
+
 /// MI x R dot products: out[i][r] = sum_c xs[i][c] W[r][c] for the W rows at rows[0..R) and the
 /// activation rows xs[0..MI). Each 16-bit W element is widened once for all MI activation rows.
 /// Per output: 16 partial sums (NACC batches of L lanes, each lane a chain of explicit FMAs over
@@ -144,7 +147,19 @@ inline void dense_dots(const std::byte* const* rows, std::size_t k, const float*
     for (std::size_t r = 0; r < R; ++r)
       for (std::size_t a = 0; a < NACC; ++a) acc[i][r][a] = fbatch(0.0f);
   std::size_t c = 0;
+  constexpr std::size_t E = dense_element_size(T);
   for (; c + L * NACC <= k; c += L * NACC) {
+    // Software prefetch kDensePrefetchBytes ahead in each of the R rows, one cache line each
+    // time a row enters a new line: R row streams per thread are more than the hardware
+    // prefetcher keeps far enough ahead (Qwen2-7B's fp16 lm_head, 152064 x 3584, from DRAM:
+    // 65 % of the read bandwidth at 1 thread without, 88-95 % with; 256 bytes gave 85-91 %,
+    // 1024 75-79 %). Prefetches never fault: past the last row is harmless.
+    if ((c * E) % 64 < L * NACC * E)
+      for (std::size_t r = 0; r < R; ++r)
+        __builtin_prefetch(reinterpret_cast<const void*>(  // an address, no pointer arithmetic
+                               reinterpret_cast<std::uintptr_t>(rows[r]) + c * E +
+                               kDensePrefetchBytes),
+                           0, 3);
     for (std::size_t a = 0; a < NACC; ++a) {
       fbatch wv[R];
       for (std::size_t r = 0; r < R; ++r) wv[r] = dense_load<Arch, T>(rows[r], c + a * L);
