@@ -91,20 +91,26 @@ void gemv_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x,
   constexpr std::size_t NB = 16 / W;                // batches per tile
   constexpr std::size_t NACC = NB >= 8 ? 1 : 8 / NB;  // interleaved accumulators per batch
   const std::size_t ng = w.n_groups(), n = w.n();
-  const ibatch mask(0xF), magic(0x4B000000);  // bits of 2^23
+  // Code h (0..7) of a row's 32-bit word, k = 8 kb + h, is the nibble at bit 8 (h % 4) + 4 (h / 4).
+  // It is read in place from v (h % 4 < 2) or v >> 16, at bit position s = 8 (h % 2) + 4 (h / 4)
+  // of that word (0, 4, 8 or 12): OR-ing the masked nibble q 2^s into the mantissa of
+  // 2^(23 - s) gives the float 2^(23 - s) + q exactly (its ulp is 2^-s), and subtracting
+  // 2^(23 - s) + z (exact) gives q - z. One shift per word instead of one per code.
+  const ibatch magic[4] = {ibatch(150 << 23), ibatch(146 << 23), ibatch(142 << 23),
+                           ibatch(138 << 23)};  // bits of 2^23, 2^19, 2^15, 2^11
+  const ibatch mask[4] = {ibatch(0xF), ibatch(0xF0), ibatch(0xF00), ibatch(0xF000)};
 
   for (std::size_t t = t_begin; t < t_end; ++t) {
     fbatch yacc[NB];
     for (std::size_t b = 0; b < NB; ++b) yacc[b] = fbatch(0.0f);
     for (std::size_t g = 0; g < ng; ++g) {
       const Q4Tile<G>* tile = w.tile<G>(t, g);
-      // zf holds 2^23 + z: OR-ing a code into the mantissa of 2^23 gives 2^23 + q exactly, so
-      // one subtraction yields q - z without an int -> float conversion.
       alignas(64) float zf[16], sf[16];
-      detail::tile_header_to_f32(tile->scale, tile->zero, 8388608.0f, sf, zf);
-      fbatch zb[NB], acc[NB][NACC];
+      detail::tile_header_to_f32(tile->scale, tile->zero, 0.0f, sf, zf);
+      fbatch zb[NB][4], acc[NB][NACC];  // zb[b][s / 4] = 2^(23 - s) + z
       for (std::size_t b = 0; b < NB; ++b) {
-        zb[b] = fbatch::load_aligned(zf + b * W);
+        const fbatch z = fbatch::load_aligned(zf + b * W);
+        for (std::size_t j = 0; j < 4; ++j) zb[b][j] = z + xsimd::bitwise_cast<fbatch>(magic[j]);
         for (std::size_t a = 0; a < NACC; ++a) acc[b][a] = fbatch(0.0f);
       }
       const float* xg = x + g * G;
@@ -112,11 +118,12 @@ void gemv_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x,
         const auto* words = reinterpret_cast<const std::int32_t*>(tile->codes[kb]);
         for (std::size_t b = 0; b < NB; ++b) {
           const ibatch v = ibatch::load_aligned(words + b * W);
-          for (std::size_t h = 0; h < 8; ++h) {  // h < 4: low nibbles, k = 8kb + h
-            const int shift = static_cast<int>(h < 4 ? 8 * h : 8 * (h - 4) + 4);
-            const ibatch bits = ((shift ? (v >> shift) : v) & mask) | magic;
-            const fbatch q = xsimd::bitwise_cast<fbatch>(bits);  // 2^23 + q
-            acc[b][h % NACC] = xsimd::fma(q - zb[b], fbatch(xg[8 * kb + h]), acc[b][h % NACC]);
+          const ibatch v16 = v >> 16;
+          for (std::size_t h = 0; h < 8; ++h) {
+            const std::size_t j = 2 * (h % 2) + h / 4;  // s / 4
+            const ibatch bits = ((h % 4 < 2 ? v : v16) & mask[j]) | magic[j];
+            const fbatch q = xsimd::bitwise_cast<fbatch>(bits);  // 2^(23 - s) + q
+            acc[b][h % NACC] = xsimd::fma(q - zb[b][j], fbatch(xg[8 * kb + h]), acc[b][h % NACC]);
           }
         }
       }
