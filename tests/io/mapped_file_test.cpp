@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/io/mapped_file.hpp: mapping, empty files, errors, moves, mlock, read_text_file.
+// Tests for edgellm/io/mapped_file.hpp: mapping, empty files, errors, moves, releasing pages,
+// mlock, read_text_file.
 #include "edgellm/io/mapped_file.hpp"
 
 #include <catch2/catch.hpp>
@@ -7,10 +8,12 @@
 #include "support/temp_dir.hpp"
 
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -115,6 +118,47 @@ TEST_CASE("MappedFile is move-only and releases its mapping", "[io]") {
   edgellm::io::MappedFile& alias = m1;
   m1 = std::move(alias);  // self-move leaves it intact
   CHECK(m1.size() == 6);
+}
+
+TEST_CASE("release_mapped_pages drops whole pages of a mapping, which refault intact", "[io]") {
+  using edgellm::io::page_size;
+  using edgellm::io::release_mapped_pages;
+  const std::size_t page = page_size();
+  REQUIRE(page >= 4096);
+  const std::size_t pages = 1024;
+  TempDir dir;
+  std::string content(pages * page, '\0');
+  for (std::size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 13 + i / 4099);
+  const std::string path = dir.write("pages.bin", content);
+  auto f = edgellm::io::MappedFile::open(path);
+  REQUIRE(f.has_value());
+  const std::span<const std::byte> all = f->bytes();
+
+  // Resident file-backed pages of this process (statm's third field), after touching them all.
+  const auto resident_file_pages = [] {
+    std::ifstream statm("/proc/self/statm");
+    std::size_t size = 0, resident = 0, shared = 0;
+    statm >> size >> resident >> shared;
+    return shared;
+  };
+  std::atomic<unsigned> sink{0};
+  unsigned sum = 0;
+  for (std::size_t i = 0; i < all.size(); i += page) sum += static_cast<unsigned>(all[i]);
+  sink = sum;
+  const std::size_t before = resident_file_pages();
+
+  CHECK(release_mapped_pages({}) == 0);
+  CHECK(release_mapped_pages(all.subspan(10, page - 20)) == 0);        // inside one page
+  CHECK(release_mapped_pages(all.subspan(100, 3 * page)) == 2 * page);  // pages 1 and 2 only
+  CHECK(release_mapped_pages(all) == all.size());                       // page-aligned mapping
+#if defined(__linux__)
+  const std::size_t after = resident_file_pages();
+  INFO("resident file pages before " << before << ", after " << after);
+  CHECK(after + pages * 9 / 10 <= before);
+#else
+  (void)before;
+#endif
+  CHECK(std::memcmp(f->data(), content.data(), content.size()) == 0);  // read again from the file
 }
 
 TEST_CASE("MappedFile::lock reports RLIMIT_MEMLOCK when it is too small", "[io]") {

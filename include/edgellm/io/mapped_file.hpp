@@ -56,6 +56,39 @@ inline error io_error(std::string_view where, const std::string& path, std::stri
 
 }  // namespace detail
 
+/// The virtual memory page size in bytes (4096 where it cannot be asked).
+inline std::size_t page_size() noexcept {
+#if EDGELLM_IO_POSIX
+  const long p = ::sysconf(_SC_PAGESIZE);
+  return p > 0 ? static_cast<std::size_t>(p) : 4096;
+#else
+  return 4096;
+#endif
+}
+
+/// Drops this process's resident pages that lie entirely inside `bytes`, a range of a read-only
+/// file mapping (MappedFile::bytes()), and returns how many bytes that covered. For data that
+/// was read once and copied or converted into owned memory: resident memory then stays near the
+/// owned copy instead of growing by the file. Pages shared with neighbouring data are kept; a
+/// later access reads the file again (the page cache usually still holds it).
+inline std::size_t release_mapped_pages(std::span<const std::byte> bytes) noexcept {
+#if EDGELLM_IO_POSIX && defined(MADV_DONTNEED)
+  if (bytes.empty()) return 0;
+  const std::size_t page = page_size();
+  const auto a = reinterpret_cast<std::uintptr_t>(bytes.data());
+  const std::uintptr_t begin = (a + page - 1) / page * page;
+  const std::uintptr_t end = (a + bytes.size()) / page * page;
+  if (end <= begin) return 0;
+  // Clean pages of a MAP_PRIVATE read-only mapping: dropping them is always safe. A failure
+  // only means the memory stays resident.
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) return 0;
+  return static_cast<std::size_t>(end - begin);
+#else
+  (void)bytes;
+  return 0;
+#endif
+}
+
 /// A whole file mapped read-only into memory (PROT_READ, MAP_PRIVATE).
 ///
 /// Move-only; the mapping is released by the destructor. The file descriptor is closed right after

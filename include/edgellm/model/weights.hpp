@@ -96,35 +96,6 @@ inline const char* to_string(DenseType t) noexcept {
 
 namespace detail {
 
-inline std::size_t page_size() noexcept {
-#if defined(__unix__) || defined(__APPLE__)
-  const long p = ::sysconf(_SC_PAGESIZE);
-  return p > 0 ? static_cast<std::size_t>(p) : 4096;
-#else
-  return 4096;
-#endif
-}
-
-/// Drops the resident pages that lie entirely inside `bytes` (a read-only file mapping) and
-/// returns how many bytes that covered. Pages shared with neighbouring tensors are kept.
-inline std::size_t release_mapped_pages(std::span<const std::byte> bytes) noexcept {
-#if (defined(__unix__) || defined(__APPLE__)) && defined(MADV_DONTNEED)
-  if (bytes.empty()) return 0;
-  const std::size_t page = page_size();
-  const auto a = reinterpret_cast<std::uintptr_t>(bytes.data());
-  const std::uintptr_t begin = (a + page - 1) / page * page;
-  const std::uintptr_t end = (a + bytes.size()) / page * page;
-  if (end <= begin) return 0;
-  // Clean pages of a MAP_PRIVATE read-only file mapping: dropping them is always safe (a later
-  // access reads the file again). A failure only means the memory stays resident.
-  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) return 0;
-  return static_cast<std::size_t>(end - begin);
-#else
-  (void)bytes;
-  return 0;
-#endif
-}
-
 using AlignedBytes = kernels::detail::AlignedBuffer;
 
 inline AlignedBytes allocate_aligned(std::size_t bytes) noexcept {
@@ -482,12 +453,15 @@ class WeightLoader {
     return DenseMatrix::view(*t);
   }
 
-  /// The dense weight [n][k] copied into owned memory (DenseMatrix::copy_of).
+  /// The dense weight [n][k] copied into owned memory (DenseMatrix::copy_of); its mapped source
+  /// pages are released afterwards (release_source_pages).
   result<DenseMatrix> dense_copy(const std::string& name, std::size_t n, std::size_t k,
-                                 std::string_view why) const {
+                                 std::string_view why) {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
     if (!t) return t.error();
-    return DenseMatrix::copy_of(*t);
+    auto m = DenseMatrix::copy_of(*t);
+    if (m) release(t->bytes);
+    return m;
   }
 
   /// A dense weight [n][k] converted to owned fp32 (reference mode).
@@ -646,7 +620,7 @@ class WeightLoader {
   }
 
   void release(std::span<const std::byte> bytes) {
-    if (opts_.release_source_pages) released_ += release_mapped_pages(bytes);
+    if (opts_.release_source_pages) released_ += io::release_mapped_pages(bytes);
   }
 
   static constexpr std::string_view kWhere = "load_weights";
