@@ -51,6 +51,18 @@ static_assert(sizeof(Q4Tile<32>) == 64 + 32 * 8);
 static_assert(sizeof(Q4Tile<64>) == 64 + 64 * 8);
 static_assert(sizeof(Q4Tile<128>) == 64 + 128 * 8, "1088 bytes per 16 x 128 weights");
 
+/// Software-prefetches every cache line of the tile `distance` tiles after `tile` (the next
+/// tiles of a tile row lie back to back, so this runs ahead along a kernel's stream). Locality
+/// is __builtin_prefetch's: 3 = all levels (T0), 2 = L2 and beyond (T1). Only an address is
+/// formed, no pointer arithmetic, and prefetches never fault: past the end is harmless.
+template <int Locality, std::size_t G>
+inline void prefetch_tile_ahead(const Q4Tile<G>* tile, std::size_t distance) noexcept {
+  const std::uintptr_t ahead =
+      reinterpret_cast<std::uintptr_t>(tile) + distance * sizeof(Q4Tile<G>);
+  for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(ahead + b), 0, Locality);
+}
+
 namespace detail {
 /// Frees memory from the aligned operator new with the alignment it was allocated with.
 struct AlignedDelete {

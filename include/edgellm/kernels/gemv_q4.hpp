@@ -111,12 +111,7 @@ void gemv_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x,
     for (std::size_t b = 0; b < NB; ++b) yacc[b] = fbatch(0.0f);
     for (std::size_t g = 0; g < ng; ++g) {
       const Q4Tile<G>* tile = w.tile<G>(t, g);
-      // Software prefetch kExactPrefetchTiles ahead into L2 (an address, no pointer arithmetic:
-      // past the end of the matrix is harmless, prefetches never fault).
-      const std::uintptr_t ahead =
-          reinterpret_cast<std::uintptr_t>(tile) + kExactPrefetchTiles * sizeof(Q4Tile<G>);
-      for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64)
-        __builtin_prefetch(reinterpret_cast<const void*>(ahead + b), 0, 2);
+      prefetch_tile_ahead<2>(tile, kExactPrefetchTiles);  // into L2
       alignas(64) float zf[16], sf[16];
       detail::tile_header_to_f32(tile->scale, tile->zero, 0.0f, sf, zf);
       fbatch zb[NB][4], acc[NB][NACC];  // zb[b][s / 4] = 2^(23 - s) + z

@@ -49,14 +49,11 @@ inline constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;
 template <std::size_t MR>
 inline constexpr int kPrefetchLocality = MR == 1 ? 2 : 3;
 
-/// Prefetches the tile kPrefetchTiles<MR> after `tl`. Decode and verification stream W from
-/// DRAM once; past the end of a tile row is harmless (prefetches never fault).
+/// Prefetches the tile kPrefetchTiles<MR> after `tl`: decode and verification stream W from
+/// DRAM once.
 template <std::size_t MR, std::size_t G>
 inline void prefetch_ahead(const Q4Tile<G>* tl) noexcept {
-  const auto ahead = reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(tl) +
-                                                   kPrefetchTiles<MR> * sizeof(Q4Tile<G>));
-  for (std::size_t b = 0; b < sizeof(Q4Tile<G>); b += 64)
-    __builtin_prefetch(ahead + b, 0, kPrefetchLocality<MR>);
+  prefetch_tile_ahead<kPrefetchLocality<MR>>(tl, kPrefetchTiles<MR>);
 }
 }  // namespace detail
 
