@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Tests for tools/check_layers.py: it must flag an upward include and another folder's
+detail namespace, and pass a tree that follows the layer order.
+
+Run: /usr/bin/python3 -m unittest discover -s tests/python -v   (from the repo root)
+"""
+
+import os
+import pathlib
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "tools")))
+
+import check_layers as cl  # noqa: E402
+
+
+def make_tree(files):
+    root = pathlib.Path(tempfile.mkdtemp(prefix="edgellm-layers-"))
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+class CheckLayersTest(unittest.TestCase):
+    def test_clean_tree_passes(self):
+        root = make_tree({
+            "result.hpp": "#pragma once\n",
+            "kernels/gemv.hpp": '#include "edgellm/result.hpp"\n#include "edgellm/io/x.hpp"\n',
+            "io/x.hpp": '#include "edgellm/detail/bytes.hpp"\nedgellm::detail::f();\n',
+            "detail/bytes.hpp": "#pragma once\n",
+            "decode/gen.hpp": '#include "edgellm/model/t.hpp"\n',
+            "model/t.hpp": '#include "edgellm/backend/cpu.hpp"\n',
+            "backend/cpu.hpp": '#include "edgellm/cache/c.hpp"\n// cache::detail in a comment\n',
+            "cache/c.hpp": "namespace edgellm::cache::detail {}\ncache::detail::g();\n",
+        })
+        self.assertEqual(cl.check(root), [])
+
+    def test_upward_include_is_flagged(self):
+        root = make_tree({
+            "model/transformer.hpp": '#include "edgellm/decode/model.hpp"\n',
+            "decode/model.hpp": "#pragma once\n",
+        })
+        problems = cl.check(root)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("transformer.hpp:1", problems[0])
+        self.assertIn("decode/model.hpp", problems[0])
+
+    def test_foreign_detail_is_flagged(self):
+        root = make_tree({
+            "decode/prompt_cache.hpp": "auto x = cache::detail::checksum64(b);\n",
+        })
+        problems = cl.check(root)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("cache::detail", problems[0])
+
+    def test_unknown_folder_is_flagged(self):
+        root = make_tree({"gizmo/a.hpp": "#pragma once\n"})
+        self.assertEqual(len(cl.check(root)), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

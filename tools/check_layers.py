@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Checks include/edgellm against the layer order written in README.md ("Architecture").
+
+A header may include only headers of its own layer or lower ones, and no code may name
+another folder's `detail` namespace (`edgellm::detail`, the bottom layer, is shared by all).
+Exit status 0 when the tree follows the rules; otherwise every violation is printed as
+`file:line: message` and the status is 1.
+
+    /usr/bin/python3 tools/check_layers.py [--root include/edgellm]
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+# Lowest first. A key is a folder under include/edgellm/ or a top-level header.
+LAYERS = [
+    ("detail/", "result.hpp", "config.hpp"),
+    ("io/", "thread_pool.hpp"),
+    ("kernels/",),
+    ("cache/",),
+    ("backend/",),
+    ("model/",),
+    ("decode/",),
+    ("session/", "session.hpp"),
+    ("edgellm.hpp", "kernels.hpp", "model.hpp", "decode.hpp"),  # umbrellas
+]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*"edgellm/([^"]+)"')
+# Folder namespaces whose `detail` is private to the folder.
+FOLDER_DETAIL = re.compile(r"\b(io|kernels|cache|backend|model|decode|session)::detail\b")
+
+
+def layer_of(rel: str) -> int | None:
+    """Layer index of a path relative to include/edgellm/, None when unknown."""
+    for i, keys in enumerate(LAYERS):
+        for k in keys:
+            if (k.endswith("/") and rel.startswith(k)) or rel == k:
+                return i
+    return None
+
+
+def folder_of(rel: str) -> str:
+    return rel.split("/", 1)[0] if "/" in rel else ""
+
+
+def check(root: pathlib.Path) -> list[str]:
+    problems = []
+    for path in sorted(root.rglob("*.hpp")):
+        rel = path.relative_to(root).as_posix()
+        own = layer_of(rel)
+        if own is None:
+            problems.append(f"{path}:1: not in any layer of tools/check_layers.py (add it)")
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            m = INCLUDE.match(line)
+            if m:
+                dep = m.group(1)
+                theirs = layer_of(dep)
+                if theirs is None:
+                    problems.append(f"{path}:{n}: includes {dep}, which is in no layer")
+                elif theirs > own:
+                    problems.append(
+                        f"{path}:{n}: includes {dep} (layer {theirs}: {LAYERS[theirs][0]}) "
+                        f"from layer {own} ({LAYERS[own][0]}): lower layers never include "
+                        "higher ones")
+            code = line.split("//", 1)[0]
+            for d in FOLDER_DETAIL.finditer(code):
+                if d.group(1) != folder_of(rel):
+                    problems.append(
+                        f"{path}:{n}: uses {d.group(0)} from {folder_of(rel) or 'the top level'}"
+                        ": another folder's detail namespace is private (move what is shared "
+                        "down, e.g. to edgellm/detail/)")
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = pathlib.Path(__file__).resolve().parent.parent
+    ap.add_argument("--root", type=pathlib.Path, default=here / "include" / "edgellm")
+    args = ap.parse_args()
+    problems = check(args.root)
+    for p in problems:
+        print(p)
+    print(f"check_layers: {len(problems)} violation(s) in {args.root}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
