@@ -57,7 +57,7 @@ Ids generate_ids(Session& s, std::string_view prompt, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("[session] greedy tokens equal the low-level Transformer + PlainDecoder path", "[session]") {
+TEST_CASE("Session: greedy tokens equal the low-level Transformer + PlainDecoder path", "[session]") {
   const auto engine = load_engine();
   REQUIRE(engine->tokenizer() != nullptr);
   for (const auto kv : {cache::KvType::int8, cache::KvType::f16, cache::KvType::f32}) {
@@ -94,7 +94,7 @@ TEST_CASE("[session] greedy tokens equal the low-level Transformer + PlainDecode
   }
 }
 
-TEST_CASE("[session] two sessions over one Engine on two threads give the tokens of one alone", "[session]") {
+TEST_CASE("Session: two sessions over one Engine on two threads give the tokens of one alone", "[session]") {
   EngineOptions eo;
   eo.threads = 2;  // the Engine's pool, shared by both sessions (its run() serialises them)
   const auto engine = load_engine(eo);
@@ -127,7 +127,7 @@ TEST_CASE("[session] two sessions over one Engine on two threads give the tokens
   CHECK(got[1] == alone[1]);
 }
 
-TEST_CASE("[session] the callback cancels within one token and the session goes on", "[session]") {
+TEST_CASE("Session: the callback cancels within one token and the session goes on", "[session]") {
   const auto engine = load_engine();
   Session s = make_session(engine);
   const Ids want = generate_ids(s, "And God said", 20);
@@ -155,7 +155,7 @@ TEST_CASE("[session] the callback cancels within one token and the session goes 
   CHECK(generate_ids(s, "And God said", 20) == want);
 }
 
-TEST_CASE("[session] reset forgets the conversation and restarts the sampler", "[session]") {
+TEST_CASE("Session: reset forgets the conversation and restarts the sampler", "[session]") {
   const auto engine = load_engine();
   SessionOptions so;
   so.sampling.seed = 42;  // sampled, not greedy
@@ -172,7 +172,7 @@ TEST_CASE("[session] reset forgets the conversation and restarts the sampler", "
   CHECK(generate_ids(s, "And the LORD", 8) == generate_ids(greedy, "And the LORD", 8));
 }
 
-TEST_CASE("[session] speculative decoding and prompt lookup keep greedy tokens", "[session]") {
+TEST_CASE("Session: speculative decoding and prompt lookup keep greedy tokens", "[session]") {
   const auto engine = load_engine();
   Session plain = make_session(engine);
   const Ids want = generate_ids(plain, "And God said", 24);
@@ -194,7 +194,7 @@ TEST_CASE("[session] speculative decoding and prompt lookup keep greedy tokens",
   CHECK(plain.speculative_stats() == nullptr);
 }
 
-TEST_CASE("[session] a prompt cache file restores the prefix", "[session]") {
+TEST_CASE("Session: a prompt cache file restores the prefix", "[session]") {
   const auto engine = load_engine();
   test::TempDir dir("edgellm-session");
   const std::string path = dir.file("prompt.bin");
@@ -219,7 +219,7 @@ TEST_CASE("[session] a prompt cache file restores the prefix", "[session]") {
   CHECK(c.position() == 0);
 }
 
-TEST_CASE("[session] errors are values that name what was wrong", "[session]") {
+TEST_CASE("Session: errors are values that name what was wrong", "[session]") {
   const std::string missing = test::source_dir() + "/models/no-such-model";
   auto e = Engine::load(missing);
   REQUIRE_FALSE(e);
