@@ -28,6 +28,7 @@
 #include "edgellm/decode/prompt_cache.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"
+#include "edgellm/session.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
 
@@ -82,19 +83,20 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
               bool packed_copy,
               bool lock, const std::string& kv_name,
               bench::table& out) {
-  const auto t_load0 = std::chrono::steady_clock::now();
-  model::LoadOptions lo;
-  lo.lm_head = lm_head;
-  lo.packed_cache = packed_cache;
-  lo.packed_cache_copy = packed_copy;
-  auto weights = model::load_weights(dir, lo);
-  if (!weights) {
-    bench::note("{}", weights.error().message);
+  EngineOptions eo;
+  eo.load.lm_head = lm_head;
+  eo.load.packed_cache = packed_cache;
+  eo.load.packed_cache_copy = packed_copy;
+  eo.load_tokenizer = false;  // synthetic token ids
+  auto engine = Engine::load(dir, eo);
+  if (!engine) {
+    bench::note("{}", engine.error().message);
     return 1;
   }
-  const double load_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load0).count();
-  const model::TransformerWeights& w = **weights;
+  if (!(*engine)->lm_head_note().empty()) bench::note("[bench] {}: {}", dir, (*engine)->lm_head_note());
+  const double load_s = (*engine)->load_seconds();
+  const std::shared_ptr<const model::TransformerWeights>& weights = (*engine)->weights();
+  const model::TransformerWeights& w = *weights;
   const std::size_t per_token = bytes_per_token(w);
   std::size_t model_bytes = w.owned_bytes();
   if (!w.lm_head.quantized() && w.lm_head.dense.owned_bytes() == 0)  // a view of the file
@@ -123,7 +125,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     to.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
     to.context_size = std::max<std::size_t>(P, kSystem + kUser) + N + 8;
     to.max_batch = std::max<std::size_t>(P, 64);
-    auto tr = model::Transformer<Cache>::create(*weights, to);
+    auto tr = model::Transformer<Cache>::create(weights, to);
     if (!tr) {
       bench::note("{}", tr.error().message);
       return 1;

@@ -51,6 +51,7 @@
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"
+#include "edgellm/session.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
 
@@ -186,40 +187,36 @@ WeightsPtr load(const std::string& dir, bool lock,
                     "--target/--draft DIR, or --quick for the committed test fixtures)",
                     dir));
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  model::LoadOptions lo;
-  lo.lm_head = lm_head;
-  lo.packed_cache = packed_cache;
-  auto w = model::load_weights(dir, lo);
-  if (!w && lm_head == model::LmHeadFormat::q4) {  // e.g. no int4 group divides hidden_size
-    bench::note("[spec] {}: int4 lm_head refused ({}); keeping it as stored", dir,
-                w.error().message);
-    lo.lm_head = model::LmHeadFormat::as_stored;
-    w = model::load_weights(dir, lo);
-  }
-  if (!w) die(w.error().message);
-  if (!(*w)->packed_cache_note.empty())
-    bench::note("[spec] {}: packed cache: {}", dir, (*w)->packed_cache_note);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EngineOptions eo;
+  eo.load.lm_head = lm_head;
+  eo.load.packed_cache = packed_cache;
+  eo.load_tokenizer = false;  // prompts are encoded with the target's tokenizer.json
+  auto engine = Engine::load(dir, eo);
+  if (!engine) die(engine.error().message);
+  if (!(*engine)->lm_head_note().empty()) bench::note("[spec] {}: {}", dir, (*engine)->lm_head_note());
+  const WeightsPtr w = (*engine)->weights();
+  if (!w->packed_cache_note.empty())
+    bench::note("[spec] {}: packed cache: {}", dir, w->packed_cache_note);
+  const double s = (*engine)->load_seconds();
   bool locked = lock;
   if (lock) {
     const auto lock_linear = [&](const model::Linear& l) {
       if (l.quantized())
         locked = bench::lock_memory(l.q4.data(), l.q4.byte_size(), "weights") && locked;
     };
-    lock_linear((*w)->lm_head);
-    for (const auto& l : (*w)->layers)
+    lock_linear(w->lm_head);
+    for (const auto& l : w->layers)
       for (const model::Linear* p :
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
         lock_linear(*p);
   }
   bench::note("[spec] {}: loaded in {:.2f} s, {} layers, hidden {}, vocab {}, lm_head {}, {:.1f} "
               "MB owned ({})",
-              dir, s, (*w)->config.num_hidden_layers, (*w)->config.hidden_size,
-              (*w)->config.vocab_size, (*w)->lm_head.quantized() ? "int4" : "as stored",
-              static_cast<double>((*w)->owned_bytes()) / 1e6,
+              dir, s, w->config.num_hidden_layers, w->config.hidden_size,
+              w->config.vocab_size, w->lm_head.quantized() ? "int4" : "as stored",
+              static_cast<double>(w->owned_bytes()) / 1e6,
               locked ? "mlocked" : "not locked");
-  return *w;
+  return w;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,62 +1,35 @@
 // SPDX-License-Identifier: Apache-2.0
-// Text in, text out: load a checkpoint directory (weights + tokenizer.json), encode a prompt,
-// sample a continuation and stream it to stdout as it is generated.
+// Text in, text out: load a checkpoint directory once, open a session, stream a continuation.
 //
 //   edgellm-example-generate-text [DIR] [PROMPT]     (DIR defaults to the bundled KJV model)
-#include <edgellm/edgellm.hpp>
+#include <edgellm/session.hpp>
 
 #include <cstdio>
 #include <string>
-#include <string_view>
 
 int main(int argc, char** argv) {
-  using namespace edgellm;
   const std::string dir = argc > 1 ? argv[1] : "models/kjv-target-awq";
   const std::string prompt = argc > 2 ? argv[2] : "And God said";
-  const auto die = [](const std::string& msg) { return std::fprintf(stderr, "%s\n", msg.c_str()), 1; };
 
-  // 1. Weights (shared, read-only) and the tokenizer.
-  auto weights = model::load_weights(dir);
-  if (!weights) return die(weights.error().message);
-  auto tokenizer = model::Tokenizer::load(dir);
-  if (!tokenizer) return die(tokenizer.error().message);
+  edgellm::EngineOptions load;
+  load.threads = 2;  // the engine owns a pool of two threads for its sessions
+  auto engine = edgellm::Engine::load(dir, load);  // weights, tokenizer.json, eos ids
+  if (!engine) return std::fprintf(stderr, "%s\n", engine.error().message.c_str()), 1;
 
-  // 2. A session with its own KV cache, on two threads owned by the app.
-  auto pool = ThreadPool::create(2);
-  if (!pool) return die(pool.error().message);
-  model::TransformerOptions topts;
-  topts.pool = pool->get();
-  topts.context_size = 1024;
-  auto session = model::Transformer<cache::KVCacheF16>::create(*weights, topts);
-  if (!session) return die(session.error().message);
+  auto session = edgellm::Session::create(*engine);  // its own KV cache and sampler
+  if (!session) return std::fprintf(stderr, "%s\n", session.error().message.c_str()), 1;
 
-  // 3. Sampling knobs, stop conditions, and the plain (one token per forward) decoder.
-  decode::SamplingOptions sopts;
-  sopts.temperature = 0.7f;
-  sopts.top_k = 40;
-  sopts.top_p = 0.95f;
-  sopts.seed = 7;
-  auto sampler = decode::Sampler::create(sopts);
-  if (!sampler) return die(sampler.error().message);
-  auto decoder = decode::PlainDecoder<model::Transformer<cache::KVCacheF16>>::create(*session);
-  if (!decoder) return die(decoder.error().message);
-  decode::GenerateOptions gopts;
-  gopts.max_new_tokens = 64;
-  gopts.stop_strings = {"\n\n"};
-  for (auto id : (*weights)->config.eos_token_ids) gopts.stop_ids.push_back(static_cast<std::int32_t>(id));
-
-  // 4. Encode, generate, stream.
-  auto ids = tokenizer->encode(prompt);
-  if (!ids) return die(ids.error().message);
+  edgellm::GenerateOptions options;
+  options.max_new_tokens = 64;
   std::printf("%s", prompt.c_str());
-  auto stats = decode::generate(*decoder, *sampler, *tokenizer, *ids, gopts, [](std::string_view piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
+  auto out = session->generate(prompt, options, [](std::string_view text, std::int32_t) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
-    return true;  // false would stop generation here
+    return true;  // false stops generation here
   });
-  if (!stats) return die(stats.error().message);
+  if (!out) return std::fprintf(stderr, "\n%s\n", out.error().message.c_str()), 1;
   std::printf("\n");
-  std::fprintf(stderr, "%zu tokens, first after %.1f ms, then %.1f tok/s (stop: %s)\n", stats->new_tokens,
-               stats->time_to_first_token_s * 1e3, stats->decode_tok_s(), decode::to_string(stats->stop));
+  std::fprintf(stderr, "%zu tokens, first after %.1f ms, then %.1f tok/s\n", out->stats.new_tokens,
+               out->stats.time_to_first_token_s * 1e3, out->stats.decode_tok_s());
   return 0;
 }

@@ -2,17 +2,8 @@
 // edgellm-generate: text in, text out. Loads a Hugging Face checkpoint directory (config.json,
 // *.safetensors, tokenizer.json), encodes the prompt, generates with the sampler and streams the
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
-#include "edgellm/cache/kv_cache.hpp"
-#include "edgellm/cache/quantized_kv_cache.hpp"
-#include "edgellm/decode/generate.hpp"
-#include "edgellm/decode/lookup_draft.hpp"
-#include "edgellm/decode/prompt_cache.hpp"
-#include "edgellm/decode/speculative.hpp"
-#include "edgellm/decode/sampler.hpp"
-#include "edgellm/model/tokenizer.hpp"
-#include "edgellm/model/transformer.hpp"
-#include "edgellm/model/weights.hpp"
-#include "edgellm/thread_pool.hpp"
+// Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
+#include "edgellm/session.hpp"
 
 #include <fmt/format.h>
 
@@ -268,161 +259,91 @@ void print_stats(const decode::GenerateStats& s) {
                static_cast<double>(peak_rss_bytes()) / 1e6);
 }
 
-struct Loaded {
-  std::shared_ptr<const model::TransformerWeights> weights;
-  model::Tokenizer tokenizer;  // move-only, no default state
-};
-
-template <cache::KVCache Cache>
-int run(const Args& a, Loaded& m, ThreadPool* pool) {
+// Runs the prompt (or the chat on stdin) in `session`; returns the exit status.
+int run(const Args& a, Session& session) {
   const auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "edgellm-generate: %s\n", msg.c_str());
     return 1;
   };
-  const model::ModelConfig& cfg = m.weights->config;
-  model::TransformerOptions to;
-  to.pool = pool;
-  to.context_size = a.context;
-  if (to.context_size == 0) {
-    to.context_size = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
-    if (cfg.sliding_window) to.context_size = std::min(to.context_size, *cfg.sliding_window);
-  }
-  auto session = model::Transformer<Cache>::create(m.weights, to);
-  if (!session) return fail(session.error().message);
-  auto sampler = decode::Sampler::create(a.sampling);
-  if (!sampler) return fail(sampler.error().message);
+  const model::Tokenizer& tokenizer = *session.engine()->tokenizer();
   // With --prompt-cache FILE, the session starts from FILE's state (its tokens are "held").
-  decode::PromptCache cached;
+  std::vector<std::int32_t> cached;
   if (!a.prompt_cache.empty() && fs::exists(a.prompt_cache)) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto c = decode::read_prompt_cache(a.prompt_cache);
-    if (!c) return fail("--prompt-cache: " + c.error().message);
-    if (auto st = decode::restore_prompt_cache(*session, *c); !st)
-      return fail("--prompt-cache: " + a.prompt_cache + ": " + st.error().message +
-                  " (delete the file to rebuild it)");
-    cached = std::move(*c);
-    std::fprintf(stderr, "prompt cache: %zu tokens from %s in %.1f ms\n", cached.tokens.size(),
+    auto held = session.load_prompt_cache(a.prompt_cache);
+    if (!held) return fail("--prompt-cache: " + held.error().message);
+    cached = std::move(*held);
+    std::fprintf(stderr, "prompt cache: %zu tokens from %s in %.1f ms\n", cached.size(),
                  a.prompt_cache.c_str(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
 
-  decode::GenerateOptions go;
+  GenerateOptions go;
   go.max_new_tokens = a.max_tokens;
   go.stop_strings = a.stops;
-  if (!a.ignore_eos)
-    for (const std::int64_t id : cfg.eos_token_ids) go.stop_ids.push_back(static_cast<std::int32_t>(id));
-  const auto stream = [](std::string_view piece) {
+  go.ignore_eos = a.ignore_eos;
+  const auto stream = [](std::string_view piece, std::int32_t) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
   };
 
-  // Runs the prompt or the chat with any token source (plain or speculative decoding).
-  const auto drive = [&](auto& source) -> int {
   if (!a.chat) {
     std::vector<std::int32_t> prompt = a.prompt_ids;
     if (!a.have_prompt_ids) {
       if (a.prompt.empty()) return fail("--prompt: empty (give some text or --prompt-ids)");
-      auto ids = m.tokenizer.encode(a.prompt, {.add_special = true, .parse_special = false});
+      auto ids = tokenizer.encode(a.prompt, {.add_special = true, .parse_special = false});
       if (!ids) return fail("--prompt: " + ids.error().message);
       prompt = std::move(*ids);
       if (prompt.empty()) return fail("--prompt: encodes to no tokens");
     }
-    std::vector<std::int32_t> out_ids;
-    if (!a.print_ids && !a.have_prompt_ids) stream(a.prompt);
-    auto stats = decode::generate(source, *sampler, m.tokenizer, prompt, go,
-                                  a.print_ids ? [](std::string_view) { return true; } : +stream,
-                                  &out_ids);
-    if (!stats) return fail(stats.error().message);
-    if (!a.prompt_cache.empty() && cached.tokens != prompt) {
-      decode::PromptCache fresh;
-      auto st = decode::save_prompt_cache(*session, prompt, fresh);
-      if (st) st = decode::write_prompt_cache(a.prompt_cache, fresh);
-      if (!st) return fail("--prompt-cache: " + st.error().message);
+    if (!a.print_ids && !a.have_prompt_ids) stream(a.prompt, -1);
+    auto out = session.generate(std::span<const std::int32_t>(prompt), go,
+                                a.print_ids ? TokenCallback() : TokenCallback(stream));
+    if (!out) return fail(out.error().message);
+    if (!a.prompt_cache.empty() && cached != prompt) {
+      if (auto st = session.save_prompt_cache(a.prompt_cache); !st)
+        return fail("--prompt-cache: " + st.error().message);
       std::fprintf(stderr, "prompt cache: saved %zu tokens to %s\n", prompt.size(), a.prompt_cache.c_str());
     }
     if (a.print_ids) {
       std::string json = "[";
-      for (std::size_t i = 0; i < out_ids.size(); ++i) json += fmt::format("{}{}", i ? ", " : "", out_ids[i]);
+      for (std::size_t i = 0; i < out->tokens.size(); ++i)
+        json += fmt::format("{}{}", i ? ", " : "", out->tokens[i]);
       std::printf("%s]\n", json.c_str());
     } else {
       std::printf("\n");
     }
-    print_stats(*stats);
+    print_stats(out->stats);
     return 0;
   }
 
-  // Chat: the whole conversation is re-encoded each turn; the decoder reuses the cached prefix.
+  // Chat: the whole conversation is re-encoded each turn; the session reuses the cached prefix.
   std::vector<decode::ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});
-  if (auto im_end = m.tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
+  if (auto im_end = tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
+  go.parse_special = true;
   std::string line;
   for (;;) {
     std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
     messages.push_back({"user", line});
-    auto ids = m.tokenizer.encode(decode::chatml_prompt(messages), {.add_special = true, .parse_special = true});
-    if (!ids) return fail("input: " + ids.error().message);
     std::string reply;
-    auto stats = decode::generate(source, *sampler, m.tokenizer, *ids, go, [&](std::string_view piece) {
-      reply += piece;
-      return stream(piece);
-    });
-    if (!stats) return fail(stats.error().message);
+    auto out = session.generate(decode::chatml_prompt(messages), go,
+                                [&](std::string_view piece, std::int32_t token) {
+                                  reply += piece;
+                                  return stream(piece, token);
+                                });
+    if (!out) return fail(out.error().message);
     std::printf("\n");
-    print_stats(*stats);
+    print_stats(out->stats);
     messages.push_back({"assistant", reply});
-    if (stats->stop == decode::StopReason::context_full) {
+    if (out->stats.stop == decode::StopReason::context_full) {
       std::fprintf(stderr, "the context is full; ending the chat\n");
       break;
     }
   }
   return 0;
-  };
-
-  using Target = model::Transformer<Cache>;
-  if (a.draft.empty()) {
-    auto decoder = decode::PlainDecoder<Target>::create(*session, cached.tokens);
-    if (!decoder) return fail(decoder.error().message);
-    return drive(*decoder);
-  }
-  decode::SpeculativeOptions so;
-  so.k = a.k;
-  so.adaptive = a.adaptive;
-  so.k_max = std::max<std::size_t>(a.k, so.k_max);
-  const auto speculate = [&](auto& draft) -> int {
-    using Draft = std::remove_reference_t<decltype(draft)>;
-    auto spec = decode::SpeculativeDecoder<Target, Draft>::create(*session, draft, so);
-    if (!spec) return fail(spec.error().message);
-    const int rc = drive(*spec);
-    const decode::SpeculativeStats& st = spec->stats();
-    std::fprintf(stderr,
-                 "speculative (%s, k %s%zu): %zu drafted, %zu accepted (%.0f%%), %.2f tokens per "
-                 "target forward; %.2f s drafting, %.2f s verifying\n",
-                 a.draft.c_str(), a.adaptive ? "adaptive up to " : "", so.adaptive ? so.k_max : so.k,
-                 st.drafted, st.accepted, 100.0 * st.acceptance_rate(), st.tokens_per_forward(),
-                 st.draft_seconds, st.target_seconds);
-    return rc;
-  };
-  if (a.draft == "lookup") {
-    auto draft = decode::LookupDraft::create(session->vocab_size(), session->context_size());
-    if (!draft) return fail(draft.error().message);
-    return speculate(*draft);
-  }
-  model::LoadOptions lo;
-  lo.fp32_reference = a.fp32_reference;
-  // The draft only proposes (the target decides every token), so its lm_head runs in int4:
-  // no effect on the output, most of a small draft's step saved.
-  lo.lm_head = model::LmHeadFormat::q4;
-  auto dw = model::load_weights(a.draft, lo);
-  if (!dw && !a.fp32_reference) {  // e.g. a hidden size no int4 group divides: as stored
-    lo.lm_head = model::LmHeadFormat::as_stored;
-    dw = model::load_weights(a.draft, lo);
-  }
-  if (!dw) return fail("--draft: " + dw.error().message);
-  auto draft = Target::create(std::move(*dw), to);
-  if (!draft) return fail("--draft: " + draft.error().message);
-  return speculate(*draft);
 }
 
 }  // namespace
@@ -438,37 +359,45 @@ int main(int argc, char** argv) {
     return 1;
   };
   if (a.model.empty()) a.model = default_model_dir(argv[0]);
-  std::error_code ec;
-  if (!fs::is_directory(a.model, ec))
-    return fail("--model: '" + a.model + "' is not a directory (a Hugging Face checkpoint directory)");
 
-  const auto t0 = std::chrono::steady_clock::now();
-  model::LoadOptions lo;
-  lo.fp32_reference = a.fp32_reference;
-  lo.packed_cache = a.packed_cache;
-  auto w = model::load_weights(a.model, lo);
-  if (!w) return fail(w.error().message);
-  if (!(*w)->packed_cache_note.empty())
-    std::fprintf(stderr, "packed cache: %s\n", (*w)->packed_cache_note.c_str());
-  auto tok = model::Tokenizer::load(a.model);
-  if (!tok) return fail(tok.error().message);
-  Loaded m{std::move(*w), std::move(*tok)};
-  if (m.tokenizer.vocab_size() > m.weights->config.vocab_size) {
-    return fail(fmt::format("{}: tokenizer.json has {} tokens but the model's vocab_size is {}",
-                            a.model, m.tokenizer.vocab_size(), m.weights->config.vocab_size));
-  }
+  EngineOptions eo;
+  eo.load.fp32_reference = a.fp32_reference;
+  eo.load.packed_cache = a.packed_cache;
+  eo.threads = a.threads;
+  auto engine = Engine::load(a.model, eo);
+  if (!engine) return fail(engine.error().message);
+  const Engine& e = **engine;
+  if (!e.packed_cache_note().empty())
+    std::fprintf(stderr, "packed cache: %s\n", e.packed_cache_note().c_str());
   std::fprintf(stderr, "loaded %s in %.2f s (%.1f MB of weights%s)\n", a.model.c_str(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               static_cast<double>(m.weights->owned_bytes()) / 1e6,
+               e.load_seconds(), static_cast<double>(e.weights()->owned_bytes()) / 1e6,
                a.fp32_reference ? ", fp32 reference" : "");
 
-  std::unique_ptr<ThreadPool> pool;
-  if (a.threads > 1) {
-    auto p = ThreadPool::create(a.threads);
-    if (!p) return fail(p.error().message);
-    pool = std::move(*p);
+  SessionOptions so;
+  so.kv_type = a.kv_type;
+  so.context_size = a.context;
+  so.sampling = a.sampling;
+  so.speculative.k = a.k;
+  so.speculative.adaptive = a.adaptive;
+  so.speculative.k_max = std::max<std::size_t>(a.k, so.speculative.k_max);
+  if (a.draft == "lookup") {
+    so.prompt_lookup = true;
+  } else if (!a.draft.empty()) {
+    auto draft = Engine::load(a.draft, EngineOptions::draft_of(eo));
+    if (!draft) return fail("--draft: " + draft.error().message);
+    so.draft = std::move(*draft);
   }
-  return cache::with_kv_type(a.kv_type, [&](auto tag) {
-    return run<typename decltype(tag)::type>(a, m, pool.get());
-  });
+  auto session = Session::create(*engine, so);
+  if (!session) return fail(session.error().message);
+  const int rc = run(a, *session);
+  if (const decode::SpeculativeStats* st = session->speculative_stats()) {
+    const decode::SpeculativeOptions& sp = so.speculative;
+    std::fprintf(stderr,
+                 "speculative (%s, k %s%zu): %zu drafted, %zu accepted (%.0f%%), %.2f tokens per "
+                 "target forward; %.2f s drafting, %.2f s verifying\n",
+                 a.draft.c_str(), a.adaptive ? "adaptive up to " : "", sp.adaptive ? sp.k_max : sp.k,
+                 st->drafted, st->accepted, 100.0 * st->acceptance_rate(), st->tokens_per_forward(),
+                 st->draft_seconds, st->target_seconds);
+  }
+  return rc;
 }

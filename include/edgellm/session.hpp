@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: Apache-2.0
+// The session facade: an Engine loads a checkpoint directory once (weights, tokenizer.json, the
+// eos ids of config.json and generation_config.json) and is shared read-only; a Session over it
+// holds one conversation (its own KV cache, sampler and decoder) and generates text with a
+// streaming callback that can cancel. This is the object a C API or a JNI binding wraps: every
+// error is a result<T> / status value and nothing here keeps global state.
+//
+//   auto engine = edgellm::Engine::load("models/kjv-target-awq", {.threads = 2});
+//   if (!engine) return fail(engine.error());
+//   auto session = edgellm::Session::create(*engine);
+//   if (!session) return fail(session.error());
+//   auto out = session->generate("And God said", {.max_new_tokens = 64},
+//                                [](std::string_view text, std::int32_t) { print(text); return true; });
+//
+// Thread safety: an Engine is immutable once loaded; any number of Sessions over one Engine may
+// run concurrently on different threads (each owns its cache, scratch and sampler; the weights and
+// the tokenizer are read-only). A Session is used by one thread at a time. Sessions that share a
+// ThreadPool (the Engine's, or one the app passes) take turns on it: its run() serialises callers.
+//
+// Threads: the app owns its ThreadPool and passes it in SessionOptions::pool (it must outlive the
+// Session), or asks the Engine to own one (EngineOptions::threads > 1) that every Session without
+// a pool of its own uses. Without either, a Session computes on its calling thread.
+#pragma once
+
+#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/cache/quantized_kv_cache.hpp"
+#include "edgellm/decode/generate.hpp"
+#include "edgellm/decode/lookup_draft.hpp"
+#include "edgellm/decode/prompt_cache.hpp"
+#include "edgellm/decode/sampler.hpp"
+#include "edgellm/decode/speculative.hpp"
+#include "edgellm/model/tokenizer.hpp"
+#include "edgellm/model/transformer.hpp"
+#include "edgellm/model/weights.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace edgellm {
+
+/// How Engine::load() loads a checkpoint directory.
+struct EngineOptions {
+  /// Passed to model::load_weights (reference mode, lm_head format, packed-weight cache, ...).
+  model::LoadOptions load{};
+  /// With load.lm_head == q4: when the int4 lm_head cannot be built (e.g. no int4 group size
+  /// divides hidden_size), load the lm_head as stored instead of failing; Engine::lm_head_note()
+  /// then says why.
+  bool lm_head_fallback = true;
+  /// Load DIR/tokenizer.json (required to generate text). false: weights only (a draft model,
+  /// which decodes with its target's tokenizer; a bench on synthetic token ids).
+  bool load_tokenizer = true;
+  /// > 1: the Engine owns a ThreadPool of this many threads (the caller's included) that
+  /// Sessions without SessionOptions::pool use. 1: no pool.
+  std::size_t threads = 1;
+
+  /// The options for a draft model that proposes tokens for a target loaded with `target`: the
+  /// lm_head in int4 (a draft only proposes, the target decides every token, so this costs no
+  /// exactness and saves most of a small draft's step), the target's reference mode, no packed
+  /// cache (that file is the target's), no tokenizer and no pool of its own (the Session's is
+  /// used).
+  static EngineOptions draft_of(const EngineOptions& target) {
+    EngineOptions o;
+    o.load.fp32_reference = target.load.fp32_reference;
+    o.load.rtn_group_size = target.load.rtn_group_size;
+    o.load.release_source_pages = target.load.release_source_pages;
+    o.load.lm_head = model::LmHeadFormat::q4;
+    o.lm_head_fallback = true;
+    o.load_tokenizer = false;
+    return o;
+  }
+};
+
+/// A loaded checkpoint: weights, tokenizer and stop ids, shared read-only by Sessions (and by
+/// code that builds its own model::Transformer from weights()).
+class Engine {
+ public:
+  /// Loads `dir` (config.json, generation_config.json if present, *.safetensors, tokenizer.json).
+  /// Errors name the directory or the file at fault: a path that is not a directory, the
+  /// loader's and the tokenizer's errors, a tokenizer with more tokens than the model's
+  /// vocab_size, a pool that cannot be created.
+  static result<std::shared_ptr<const Engine>> load(const std::string& dir,
+                                                    const EngineOptions& options = {}) {
+    constexpr std::string_view where = "Engine::load";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+      return make_error(errc::io_error, where,
+                        "'" + dir + "' is not a directory (a Hugging Face checkpoint directory)");
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<Engine> e(new Engine());
+    e->dir_ = dir;
+    e->options_ = options;
+    model::LoadOptions lo = options.load;
+    auto w = model::load_weights(dir, lo);
+    if (!w && options.lm_head_fallback && lo.lm_head == model::LmHeadFormat::q4 &&
+        !lo.fp32_reference) {
+      // Whatever made the int4 lm_head fail, the load as stored either works or reports the
+      // checkpoint's real problem.
+      e->lm_head_note_ = "int4 lm_head refused (" + w.error().message + "); keeping it as stored";
+      lo.lm_head = model::LmHeadFormat::as_stored;
+      w = model::load_weights(dir, lo);
+    }
+    if (!w) return w.error();
+    e->weights_ = std::move(*w);
+    if (options.load_tokenizer) {
+      auto tok = model::Tokenizer::load(dir);
+      if (!tok) return tok.error();
+      if (tok->vocab_size() > e->weights_->config.vocab_size) {
+        return make_error(errc::format_error, where,
+                          dir + ": tokenizer.json has " + std::to_string(tok->vocab_size()) +
+                              " tokens but the model's vocab_size is " +
+                              std::to_string(e->weights_->config.vocab_size));
+      }
+      e->tokenizer_.emplace(std::move(*tok));
+    }
+    for (const std::int64_t id : e->weights_->config.eos_token_ids)
+      e->eos_ids_.push_back(static_cast<std::int32_t>(id));
+    if (options.threads > 1) {
+      auto pool = ThreadPool::create(options.threads);
+      if (!pool) return pool.error();
+      e->pool_ = std::move(*pool);
+    }
+    e->load_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::shared_ptr<const Engine>(std::move(e));
+  }
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const std::string& dir() const noexcept { return dir_; }
+  const EngineOptions& options() const noexcept { return options_; }
+  const model::ModelConfig& config() const noexcept { return weights_->config; }
+  const std::shared_ptr<const model::TransformerWeights>& weights() const noexcept { return weights_; }
+  /// Null when loaded with load_tokenizer = false.
+  const model::Tokenizer* tokenizer() const noexcept { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  /// The model's stop ids (config.json's and generation_config.json's eos_token_id).
+  std::span<const std::int32_t> eos_ids() const noexcept { return eos_ids_; }
+  /// The Engine's pool (EngineOptions::threads > 1), else null. Internally synchronised.
+  ThreadPool* pool() const noexcept { return pool_.get(); }
+  /// Seconds Engine::load() took (weights, tokenizer, pool).
+  double load_seconds() const noexcept { return load_seconds_; }
+  /// Why the lm_head is as stored although int4 was asked for; empty otherwise.
+  const std::string& lm_head_note() const noexcept { return lm_head_note_; }
+  /// The packed-weight cache's note (model::TransformerWeights::packed_cache_note).
+  const std::string& packed_cache_note() const noexcept { return weights_->packed_cache_note; }
+
+ private:
+  Engine() = default;
+
+  std::string dir_;
+  EngineOptions options_;
+  std::shared_ptr<const model::TransformerWeights> weights_;
+  std::optional<model::Tokenizer> tokenizer_;
+  std::vector<std::int32_t> eos_ids_;
+  std::unique_ptr<ThreadPool> pool_;
+  double load_seconds_ = 0.0;
+  std::string lm_head_note_;
+};
+
+/// How a Session is built: its KV cache, threads, sampler and (optional) speculative decoding.
+struct SessionOptions {
+  /// KV cache storage: int8 (per position and head, half the memory of f16), f16 or f32.
+  cache::KvType kv_type = cache::KvType::int8;
+  /// Tokens the session holds (prompt and generated). 0: the model's max_position_embeddings,
+  /// at most 4096, capped at a Mistral sliding_window.
+  std::size_t context_size = 0;
+  /// Most tokens run through the layers at once (model::TransformerOptions::max_batch).
+  std::size_t max_batch = 64;
+  /// The app's pool (it must outlive the Session); null: the Engine's pool, if it owns one.
+  ThreadPool* pool = nullptr;
+  decode::SamplingOptions sampling{};
+  /// Speculative decoding with a draft model that shares the target's tokenizer (load it with
+  /// EngineOptions::draft_of); greedy output is the same as without it, sampled output has the
+  /// same distribution. Not combinable with prompt_lookup.
+  std::shared_ptr<const Engine> draft{};
+  /// Speculative decoding with n-gram lookup in the prompt and the text so far (no second model).
+  bool prompt_lookup = false;
+  /// Draft length and adaptive mode, with `draft` or `prompt_lookup`.
+  decode::SpeculativeOptions speculative{};
+};
+
+/// What one Session::generate() call does besides the prompt.
+struct GenerateOptions {
+  std::size_t max_new_tokens = 256;       ///< budget of emitted tokens (> 0)
+  std::vector<std::string> stop_strings{};  ///< generation ends before the first occurrence
+  std::vector<std::int32_t> stop_ids{};     ///< stop tokens besides the model's eos ids
+  bool ignore_eos = false;                ///< do not stop at the model's eos ids
+  bool skip_special = true;               ///< special tokens produce no text
+  bool add_special = true;                ///< text prompts: add the tokenizer's bos etc.
+  bool parse_special = false;             ///< text prompts: "<|im_start|>" etc. become special tokens
+};
+
+/// Streaming callback: a piece of generated text (whole UTF-8 characters; text that may start a
+/// stop string is held back until it is known not to) and the id of the latest emitted token.
+/// Return false to stop: generate() returns at once with StopReason::callback, and the Session
+/// stays usable. A token that completes no text (part of a UTF-8 character, a skipped special
+/// token) brings no call.
+using TokenCallback = std::function<bool(std::string_view text, std::int32_t token)>;
+
+/// The result of one generate() call.
+struct Generation {
+  std::vector<std::int32_t> tokens;  ///< emitted token ids (stop ids excluded)
+  decode::GenerateStats stats;       ///< tokens, prefill and decode times, time to first token
+};
+
+/// Totals over a Session's generate() calls since creation or reset().
+struct SessionStats {
+  std::size_t generations = 0;
+  std::size_t prompt_tokens = 0;
+  std::size_t new_tokens = 0;
+  double prefill_s = 0.0;
+  double decode_s = 0.0;
+  decode::GenerateStats last;  ///< the latest successful call's
+};
+
+/// One conversation over an Engine: a model::Transformer with its own KV cache (the type chosen
+/// at runtime; each call dispatches once, the Transformer does the work), a decode::Sampler, and
+/// a decoder (plain, or speculative with a draft model or prompt lookup) that reuses what the
+/// cache holds: a prompt that extends the previous one (a chat's next turn) forwards only its new
+/// tokens. Movable, not copyable; one thread at a time (see the file comment).
+class Session {
+ public:
+  /// A session over `engine`. Errors: a null engine, options the Transformer, the sampler or the
+  /// speculative decoder refuse (context, sampling ranges, a draft with another vocabulary), a
+  /// draft engine together with prompt_lookup.
+  static result<Session> create(std::shared_ptr<const Engine> engine,
+                                const SessionOptions& options = {}) {
+    constexpr std::string_view where = "Session::create";
+    if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
+    if (options.draft && options.prompt_lookup) {
+      return make_error(errc::invalid_argument, where,
+                        "draft and prompt_lookup: choose one way of drafting");
+    }
+    auto sampler = decode::Sampler::create(options.sampling);
+    if (!sampler) return sampler.error();
+    Session s(std::move(engine), options, std::move(*sampler));
+    const auto build = [&](auto tag) -> status {
+      using Cache = typename decltype(tag)::type;
+      auto core = Core<Cache>::create(*s.engine_, options, s.transformer_options());
+      if (!core) return core.error();
+      s.core_ = std::move(*core);
+      return {};
+    };
+    if (auto st = cache::with_kv_type(options.kv_type, build); !st) return st.error();
+    return s;
+  }
+
+  Session(Session&&) noexcept = default;
+  Session& operator=(Session&&) noexcept = default;
+
+  /// Encodes `prompt` (GenerateOptions::add_special / parse_special) and generates after it.
+  result<Generation> generate(std::string_view prompt, const GenerateOptions& options = {},
+                              const TokenCallback& on_token = {}) {
+    const model::Tokenizer* tok = engine_->tokenizer();
+    if (tok == nullptr) return no_tokenizer();
+    if (prompt.empty())
+      return make_error(errc::invalid_argument, "Session::generate", "prompt: empty");
+    auto ids = tok->encode(prompt, {.add_special = options.add_special,
+                                    .parse_special = options.parse_special});
+    if (!ids) return ids.error();
+    return generate(std::span<const std::int32_t>(*ids), options, on_token);
+  }
+
+  /// Generates after the token ids `prompt` (decode::generate's loop). The cache keeps the
+  /// longest common prefix of this prompt and what it holds. Errors: no tokenizer, an empty
+  /// prompt, max_new_tokens == 0, a token id outside the vocabulary, a prompt longer than the
+  /// context; a full context during generation is not an error (StopReason::context_full).
+  result<Generation> generate(std::span<const std::int32_t> prompt,
+                              const GenerateOptions& options = {},
+                              const TokenCallback& on_token = {}) {
+    const model::Tokenizer* tok = engine_->tokenizer();
+    if (tok == nullptr) return no_tokenizer();
+    decode::GenerateOptions go;
+    go.max_new_tokens = options.max_new_tokens;
+    go.stop_strings = options.stop_strings;
+    go.skip_special = options.skip_special;
+    if (!options.ignore_eos) go.stop_ids.assign(engine_->eos_ids().begin(), engine_->eos_ids().end());
+    go.stop_ids.insert(go.stop_ids.end(), options.stop_ids.begin(), options.stop_ids.end());
+    Generation out;
+    const auto on_text = [&](std::string_view piece) {
+      return !on_token || on_token(piece, out.tokens.empty() ? -1 : out.tokens.back());
+    };
+    auto stats = std::visit(
+        [&](auto& core) { return core->run(sampler_, *tok, prompt, go, on_text, out.tokens); },
+        core_);
+    if (!stats) return stats.error();
+    last_prompt_.assign(prompt.begin(), prompt.end());
+    out.stats = *stats;
+    totals_.generations += 1;
+    totals_.prompt_tokens += stats->prompt_tokens;
+    totals_.new_tokens += stats->new_tokens;
+    totals_.prefill_s += stats->prefill_s;
+    totals_.decode_s += stats->decode_s;
+    totals_.last = *stats;
+    return out;
+  }
+
+  /// Forgets the conversation: the cache holds no tokens, the sampler restarts from its seed,
+  /// the statistics are zero (the memory stays allocated).
+  status reset() {
+    auto sampler = decode::Sampler::create(options_.sampling);
+    if (!sampler) return sampler.error();
+    if (auto st = std::visit([](auto& core) { return core->reset(); }, core_); !st) return st;
+    sampler_ = std::move(*sampler);
+    totals_ = {};
+    last_prompt_.clear();
+    return {};
+  }
+
+  /// New sampling settings for the next calls (the random stream restarts from their seed).
+  status set_sampling(const decode::SamplingOptions& sampling) {
+    auto sampler = decode::Sampler::create(sampling);
+    if (!sampler) return sampler.error();
+    sampler_ = std::move(*sampler);
+    options_.sampling = sampling;
+    return {};
+  }
+
+  /// Restores the KV state saved in `path` by save_prompt_cache() (decode/prompt_cache.hpp) and
+  /// returns its tokens: the next generate() whose prompt starts with them forwards only the
+  /// rest. Plain decoding only. Errors name the file; a state from another model, KV type or
+  /// checkpoint is refused and the session is unchanged.
+  result<std::vector<std::int32_t>> load_prompt_cache(const std::string& path) {
+    constexpr std::string_view where = "Session::load_prompt_cache";
+    if (options_.draft || options_.prompt_lookup) {
+      return make_error(errc::unsupported, where,
+                        "a prompt cache is not supported with speculative decoding");
+    }
+    auto c = decode::read_prompt_cache(path);
+    if (!c) return c.error();
+    if (auto st = std::visit([&](auto& core) { return core->restore(*c); }, core_); !st) {
+      return make_error(st.error().code, where,
+                        path + ": " + st.error().message + " (delete the file to rebuild it)");
+    }
+    return std::move(c->tokens);
+  }
+
+  /// Writes the KV state after the latest generate() call's prompt to `path` (to a temporary
+  /// file, then renamed). Errors: no generate() yet, I/O errors naming the file.
+  status save_prompt_cache(const std::string& path) const {
+    if (last_prompt_.empty()) {
+      return make_error(errc::invalid_argument, "Session::save_prompt_cache",
+                        "no prompt yet (call generate() first)");
+    }
+    decode::PromptCache c;
+    auto st = std::visit([&](const auto& core) { return decode::save_prompt_cache(core->target, last_prompt_, c); },
+                         core_);
+    if (!st) return st;
+    return decode::write_prompt_cache(path, c);
+  }
+
+  const std::shared_ptr<const Engine>& engine() const noexcept { return engine_; }
+  const SessionOptions& options() const noexcept { return options_; }
+  cache::KvType kv_type() const noexcept { return options_.kv_type; }
+  /// Tokens the cache holds.
+  std::size_t position() const noexcept {
+    return std::visit([](const auto& core) { return core->target.position(); }, core_);
+  }
+  std::size_t context_size() const noexcept {
+    return std::visit([](const auto& core) { return core->target.context_size(); }, core_);
+  }
+  /// Bytes of this session's model state (KV cache, scratch), the shared weights excluded.
+  std::size_t bytes() const noexcept {
+    return std::visit([](const auto& core) { return core->target.bytes(); }, core_);
+  }
+  const SessionStats& stats() const noexcept { return totals_; }
+  /// Counters of the speculative decoder since creation or reset(); null without one.
+  const decode::SpeculativeStats* speculative_stats() const noexcept {
+    return std::visit([](const auto& core) { return core->speculative_stats(); }, core_);
+  }
+
+ private:
+  // One KV cache type's models and decoders. Heap-allocated: the decoders point to the models,
+  // so their addresses must not change when the Session moves.
+  template <class Cache>
+  struct Core {
+    using Target = model::Transformer<Cache>;
+    using Plain = decode::PlainDecoder<Target>;
+    using SpecModel = decode::SpeculativeDecoder<Target, Target>;
+    using SpecLookup = decode::SpeculativeDecoder<Target, decode::LookupDraft>;
+
+    Target target;
+    std::optional<Target> draft;
+    std::optional<decode::LookupDraft> lookup;
+    decode::SpeculativeOptions speculative;
+    std::variant<std::monostate, Plain, SpecModel, SpecLookup> decoder;
+
+    static result<std::unique_ptr<Core>> create(const Engine& engine, const SessionOptions& o,
+                                                const model::TransformerOptions& to) {
+      auto target = Target::create(engine.weights(), to);
+      if (!target) return target.error();
+      std::unique_ptr<Core> c(new Core{std::move(*target), {}, {}, o.speculative, {}});
+      if (o.draft) {
+        auto d = Target::create(o.draft->weights(), to);
+        if (!d) return d.error();
+        c->draft.emplace(std::move(*d));
+      } else if (o.prompt_lookup) {
+        auto d = decode::LookupDraft::create(c->target.vocab_size(), c->target.context_size());
+        if (!d) return d.error();
+        c->lookup.emplace(std::move(*d));
+      }
+      if (auto st = c->make_decoder({}); !st) return st.error();
+      return c;
+    }
+
+    // A fresh decoder; `held`: the tokens the target holds (a restored prompt cache).
+    status make_decoder(std::span<const std::int32_t> held) {
+      const auto set = [&](auto&& d) -> status {
+        if (!d) return d.error();
+        decoder.template emplace<std::remove_cvref_t<decltype(*d)>>(std::move(*d));
+        return {};
+      };
+      if (draft) return set(SpecModel::create(target, *draft, speculative));
+      if (lookup) return set(SpecLookup::create(target, *lookup, speculative));
+      return set(Plain::create(target, held));
+    }
+
+    template <class OnText>
+    result<decode::GenerateStats> run(decode::Sampler& sampler, const model::Tokenizer& tok,
+                                      std::span<const std::int32_t> prompt,
+                                      const decode::GenerateOptions& go, OnText& on_text,
+                                      std::vector<std::int32_t>& emitted) {
+      return std::visit(
+          [&](auto& d) -> result<decode::GenerateStats> {
+            if constexpr (std::is_same_v<std::remove_cvref_t<decltype(d)>, std::monostate>) {
+              return make_error(errc::invalid_argument, "Session::generate", "no decoder");
+            } else {
+              return decode::generate(d, sampler, tok, prompt, go, on_text, &emitted);
+            }
+          },
+          decoder);
+    }
+
+    status reset() {
+      if (auto st = target.truncate(0); !st) return st;
+      if (draft) {
+        if (auto st = draft->truncate(0); !st) return st;
+      }
+      if (lookup) {
+        if (auto st = lookup->truncate(0); !st) return st;
+      }
+      return make_decoder({});
+    }
+
+    status restore(const decode::PromptCache& c) {
+      if (auto st = decode::restore_prompt_cache(target, c); !st) return st;
+      return make_decoder(c.tokens);
+    }
+
+    const decode::SpeculativeStats* speculative_stats() const noexcept {
+      if (const auto* s = std::get_if<SpecModel>(&decoder)) return &s->stats();
+      if (const auto* s = std::get_if<SpecLookup>(&decoder)) return &s->stats();
+      return nullptr;
+    }
+  };
+
+  using Cores = std::variant<std::unique_ptr<Core<cache::KVCacheQ8>>,
+                             std::unique_ptr<Core<cache::KVCacheF16>>,
+                             std::unique_ptr<Core<cache::KVCacheF32>>>;
+
+  Session(std::shared_ptr<const Engine> engine, const SessionOptions& options, decode::Sampler sampler)
+      : engine_(std::move(engine)), options_(options), sampler_(std::move(sampler)) {}
+
+  model::TransformerOptions transformer_options() const {
+    const model::ModelConfig& cfg = engine_->config();
+    model::TransformerOptions to;
+    to.pool = options_.pool != nullptr ? options_.pool : engine_->pool();
+    to.max_batch = options_.max_batch;
+    to.context_size = options_.context_size;
+    if (to.context_size == 0) {
+      to.context_size = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
+      if (cfg.sliding_window) to.context_size = std::min(to.context_size, *cfg.sliding_window);
+    }
+    return to;
+  }
+
+  static error no_tokenizer() {
+    return make_error(errc::invalid_argument, "Session::generate",
+                      "the engine was loaded without a tokenizer (EngineOptions::load_tokenizer)");
+  }
+
+  std::shared_ptr<const Engine> engine_;
+  SessionOptions options_;
+  decode::Sampler sampler_;
+  Cores core_;
+  std::vector<std::int32_t> last_prompt_;  // the latest generate() call's prompt
+  SessionStats totals_;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+// The session facade on the bundled model: the same tokens as the low-level path, two sessions
+// over one Engine on two threads, cancel from the callback, reset, KV types, prompt cache,
+// speculative decoding, and errors that name what was wrong.
+#include "edgellm/session.hpp"
+
+#include "support/temp_dir.hpp"
+#include "support/test_env.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace edgellm;
+using Ids = std::vector<std::int32_t>;
+
+std::string model_dir(const char* name = "kjv-target-awq") {
+  return test::source_dir() + "/models/" + name;
+}
+
+std::shared_ptr<const Engine> load_engine(const EngineOptions& o = {}, const char* name = "kjv-target-awq") {
+  auto e = Engine::load(model_dir(name), o);
+  INFO((e ? std::string() : e.error().message));
+  REQUIRE(e);
+  return *e;
+}
+
+SessionOptions greedy() {
+  SessionOptions o;
+  o.sampling = decode::SamplingOptions::greedy();
+  return o;
+}
+
+Session make_session(std::shared_ptr<const Engine> engine, const SessionOptions& o = greedy()) {
+  auto s = Session::create(std::move(engine), o);
+  INFO((s ? std::string() : s.error().message));
+  REQUIRE(s);
+  return std::move(*s);
+}
+
+Ids generate_ids(Session& s, std::string_view prompt, std::size_t n) {
+  GenerateOptions g;
+  g.max_new_tokens = n;
+  g.ignore_eos = true;
+  auto out = s.generate(prompt, g);
+  INFO((out ? std::string() : out.error().message));
+  REQUIRE(out);
+  CHECK(out->tokens.size() == n);
+  return out->tokens;
+}
+
+}  // namespace
+
+TEST_CASE("Session: greedy tokens equal the low-level Transformer + PlainDecoder path", "[session]") {
+  const auto engine = load_engine();
+  REQUIRE(engine->tokenizer() != nullptr);
+  for (const auto kv : {cache::KvType::int8, cache::KvType::f16, cache::KvType::f32}) {
+    INFO(cache::kv_type_name(kv));
+    SessionOptions so = greedy();
+    so.kv_type = kv;
+    so.context_size = 256;
+    Session s = make_session(engine, so);
+    CHECK(s.kv_type() == kv);
+    const Ids got = generate_ids(s, "And God said", 24);
+
+    Ids want;
+    cache::with_kv_type(kv, [&](auto tag) {
+      using M = model::Transformer<typename decltype(tag)::type>;
+      auto m = M::create(engine->weights(), {.context_size = 256});
+      REQUIRE(m);
+      auto sampler = decode::Sampler::create(decode::SamplingOptions::greedy());
+      REQUIRE(sampler);
+      auto dec = decode::PlainDecoder<M>::create(*m);
+      REQUIRE(dec);
+      auto prompt = engine->tokenizer()->encode("And God said");
+      REQUIRE(prompt);
+      decode::GenerateOptions go;
+      go.max_new_tokens = 24;
+      auto st = decode::generate(*dec, *sampler, *engine->tokenizer(), *prompt, go,
+                                 [](std::string_view) { return true; }, &want);
+      REQUIRE(st);
+    });
+    CHECK(got == want);
+    CHECK(s.position() > 0);
+    CHECK(s.stats().generations == 1);
+    CHECK(s.stats().new_tokens == 24);
+    CHECK(s.stats().last.time_to_first_token_s > 0.0);
+  }
+}
+
+TEST_CASE("Session: two sessions over one Engine on two threads give the tokens of one alone", "[session]") {
+  EngineOptions eo;
+  eo.threads = 2;  // the Engine's pool, shared by both sessions (its run() serialises them)
+  const auto engine = load_engine(eo);
+  REQUIRE(engine->pool() != nullptr);
+  const std::string prompts[2] = {"And God said", "In the beginning"};
+  Ids alone[2];
+  for (int i = 0; i < 2; ++i) {
+    Session s = make_session(engine);
+    alone[i] = generate_ids(s, prompts[i], 32);
+  }
+  CHECK(alone[0] != alone[1]);
+
+  Session a = make_session(engine), b = make_session(engine);
+  Ids got[2];
+  std::string errors[2];
+  const auto work = [&](Session& s, int i) {
+    GenerateOptions g;
+    g.max_new_tokens = 32;
+    g.ignore_eos = true;
+    auto out = s.generate(prompts[i], g);
+    if (out) got[i] = out->tokens;
+    else errors[i] = out.error().message;
+  };
+  std::thread ta(work, std::ref(a), 0), tb(work, std::ref(b), 1);
+  ta.join();
+  tb.join();
+  CHECK(errors[0].empty());
+  CHECK(errors[1].empty());
+  CHECK(got[0] == alone[0]);
+  CHECK(got[1] == alone[1]);
+}
+
+TEST_CASE("Session: the callback cancels within one token and the session goes on", "[session]") {
+  const auto engine = load_engine();
+  Session s = make_session(engine);
+  const Ids want = generate_ids(s, "And God said", 20);
+
+  REQUIRE(s.reset());
+  std::size_t calls = 0;
+  std::string text;
+  GenerateOptions g;
+  g.max_new_tokens = 20;
+  g.ignore_eos = true;
+  auto out = s.generate("And God said", g, [&](std::string_view piece, std::int32_t token) {
+    text += piece;
+    CHECK(token >= 0);
+    return ++calls < 3;
+  });
+  REQUIRE(out);
+  CHECK(out->stats.stop == decode::StopReason::callback);
+  CHECK(calls == 3);
+  REQUIRE(out->tokens.size() >= 3);
+  CHECK(out->tokens.size() <= 4);  // the token that completed the third piece, at most one more
+  CHECK(Ids(want.begin(), want.begin() + static_cast<long>(out->tokens.size())) == out->tokens);
+  CHECK_FALSE(text.empty());
+
+  // Usable again: the same prompt gives the same greedy tokens as before.
+  CHECK(generate_ids(s, "And God said", 20) == want);
+}
+
+TEST_CASE("Session: reset forgets the conversation and restarts the sampler", "[session]") {
+  const auto engine = load_engine();
+  SessionOptions so;
+  so.sampling.seed = 42;  // sampled, not greedy
+  Session s = make_session(engine, so);
+  const Ids first = generate_ids(s, "And God said", 16);
+  const Ids second = generate_ids(s, "And God said", 16);  // the random stream went on
+  CHECK(first != second);
+  REQUIRE(s.reset());
+  CHECK(s.position() == 0);
+  CHECK(s.stats().generations == 0);
+  CHECK(generate_ids(s, "And God said", 16) == first);
+  REQUIRE(s.set_sampling(decode::SamplingOptions::greedy()));
+  Session greedy = make_session(engine);
+  CHECK(generate_ids(s, "And the LORD", 8) == generate_ids(greedy, "And the LORD", 8));
+}
+
+TEST_CASE("Session: speculative decoding and prompt lookup keep greedy tokens", "[session]") {
+  const auto engine = load_engine();
+  Session plain = make_session(engine);
+  const Ids want = generate_ids(plain, "And God said", 24);
+
+  const auto draft = load_engine(EngineOptions::draft_of(engine->options()), "kjv-draft-awq");
+  CHECK(draft->tokenizer() == nullptr);
+  SessionOptions so = greedy();
+  so.draft = draft;
+  so.speculative.k = 3;
+  Session spec = make_session(engine, so);
+  CHECK(generate_ids(spec, "And God said", 24) == want);
+  REQUIRE(spec.speculative_stats() != nullptr);
+  CHECK(spec.speculative_stats()->drafted > 0);
+
+  SessionOptions lo = greedy();
+  lo.prompt_lookup = true;
+  Session lookup = make_session(engine, lo);
+  CHECK(generate_ids(lookup, "And God said", 24) == want);
+  CHECK(plain.speculative_stats() == nullptr);
+}
+
+TEST_CASE("Session: a prompt cache file restores the prefix", "[session]") {
+  const auto engine = load_engine();
+  test::TempDir dir("edgellm-session");
+  const std::string path = dir.file("prompt.bin");
+  Session a = make_session(engine);
+  const Ids want = generate_ids(a, "In the beginning God created the heaven", 12);
+  REQUIRE(a.save_prompt_cache(path));
+
+  Session b = make_session(engine);
+  auto held = b.load_prompt_cache(path);
+  INFO((held ? std::string() : held.error().message));
+  REQUIRE(held);
+  CHECK(held->size() == b.position());
+  CHECK(generate_ids(b, "In the beginning God created the heaven", 12) == want);
+
+  // Another KV type's state is refused, the file named; the session is unchanged.
+  SessionOptions so = greedy();
+  so.kv_type = cache::KvType::f32;
+  Session c = make_session(engine, so);
+  auto bad = c.load_prompt_cache(path);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains(path));
+  CHECK(c.position() == 0);
+}
+
+TEST_CASE("Session: errors are values that name what was wrong", "[session]") {
+  const std::string missing = test::source_dir() + "/models/no-such-model";
+  auto e = Engine::load(missing);
+  REQUIRE_FALSE(e);
+  CHECK_THAT(e.error().message, Catch::Contains(missing));
+
+  const auto engine = load_engine();
+  CHECK_FALSE(Session::create(nullptr));
+  SessionOptions both;
+  both.draft = engine;
+  both.prompt_lookup = true;
+  CHECK_FALSE(Session::create(engine, both));
+  SessionOptions bad_sampling;
+  bad_sampling.sampling.top_p = 2.0f;
+  CHECK_FALSE(Session::create(engine, bad_sampling));
+  SessionOptions no_batch;
+  no_batch.max_batch = 0;
+  CHECK_FALSE(Session::create(engine, no_batch));
+
+  Session s = make_session(engine);
+  CHECK_FALSE(s.generate(""));
+  CHECK_FALSE(s.generate("And", {.max_new_tokens = 0}));
+  const Ids out_of_range = {1, static_cast<std::int32_t>(engine->config().vocab_size)};
+  CHECK_FALSE(s.generate(std::span<const std::int32_t>(out_of_range)));
+  CHECK_FALSE(s.save_prompt_cache(std::string(missing) + "/x.bin"));  // no prompt yet
+  CHECK(generate_ids(s, "And", 4).size() == 4);  // still usable
+
+  EngineOptions no_tok;
+  no_tok.load_tokenizer = false;
+  Session blind = make_session(load_engine(no_tok));
+  auto r = blind.generate("And");
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("tokenizer"));
+
+  SessionOptions lookup;
+  lookup.prompt_lookup = true;
+  Session spec = make_session(engine, lookup);
+  CHECK_FALSE(spec.load_prompt_cache(missing));
+}
