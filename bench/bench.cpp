@@ -37,18 +37,6 @@ using namespace edgellm;
 
 namespace {
 
-constexpr std::string_view kUsage =
-    "  -m, --model DIR           checkpoint directory (repeatable)\n"
-    "  -p N                      prompt tokens for the pp test (default 128)\n"
-    "  -n N                      generated tokens for the tg test (default 64)\n"
-    "  -t LIST                   thread counts (same as --threads; default 1,2)\n"
-    "  --exact                   exact fp32 int4 path instead of the fast W4A8 path\n"
-    "  --lm-head q4|as_stored    quantise lm_head to int4 at load (default as_stored)\n"
-    "  --packed-cache auto|FILE  map the int4 weights from a packed cache (written if missing)\n"
-    "  --packed-cache-copy       copy them out of it into owned 2 MiB-page memory instead\n"
-    "  --kv-type int8|f16|f32    KV cache type (default int8; --kv is an alias)\n"
-    "  --no-lock                 do not mlock the packed weights\n";
-
 std::size_t linear_bytes(const model::Linear& l) {
   return l.quantized() ? l.q4.byte_size() : l.dense.n() * l.dense.k() * l.dense.element_size();
 }
@@ -244,66 +232,46 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bench::options opts = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
   std::vector<std::string> models;
   std::size_t P = 128, N = 64;
   bool exact = false, lock = true, packed_copy = false;
   std::string kv = "int8";
   model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored;
   std::string packed_cache;
-  bench::options o = opts;
-  for (std::size_t i = 0; i < opts.extra.size(); ++i) {
-    const std::string& a = opts.extra[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= opts.extra.size()) {
-        bench::note("{} needs a value\n{}", a, kUsage);
-        std::exit(2);
-      }
-      return opts.extra[++i];
-    };
-    auto number = [&](const std::string& s) -> std::size_t {
-      const auto v = bench::detail::parse_long(s);
-      if (!v || *v <= 0 || *v > 1000000) {
-        bench::note("{}: '{}' is not a positive number", a, s);
-        std::exit(2);
-      }
-      return static_cast<std::size_t>(*v);
-    };
-    if (a == "-m" || a == "--model") models.push_back(next());
-    else if (a == "-p") P = number(next());
-    else if (a == "-n") N = number(next());
-    else if (a == "-t") {
-      o.threads.clear();
-      for (const std::string& s : {next()}) {
-        std::size_t start = 0;
-        while (start <= s.size()) {
-          const std::size_t comma = std::min(s.find(',', start), s.size());
-          o.threads.push_back(static_cast<int>(number(s.substr(start, comma - start))));
-          start = comma + 1;
-        }
-      }
-    } else if (a == "--exact") exact = true;
-    else if (a == "--no-lock") lock = false;
-    else if (a == "--kv" || a == "--kv-type") kv = next();
-    else if (a == "--packed-cache") packed_cache = next();
-    else if (a == "--packed-cache-copy") packed_copy = true;
-    else if (a == "--lm-head") {
-      const std::string v = next();
-      if (v == "q4") lm_head = model::LmHeadFormat::q4;
-      else if (v != "as_stored") return (bench::note("--lm-head: '{}' (q4 or as_stored)", v), 2);
-    } else {
-      bench::note("unknown argument '{}'\n{}", a, kUsage);
-      return 2;
-    }
-  }
+  bench::options o;
+  using bench::flag;
+  bench::parse_options(
+      argc, argv, o,
+      {
+          flag::strings({"-m", "--model"}, "DIR", "checkpoint directory (repeatable)", models),
+          flag::number<std::size_t>({"-p"}, "N", "prompt tokens for the pp test", P, 1, 1000000),
+          flag::number<std::size_t>({"-n"}, "N", "generated tokens for the tg test", N, 1,
+                                    1000000),
+          flag::threads({"-t"}, "thread counts; same as --threads", o.threads)
+              .shows_default("1,2"),
+          flag::boolean({"--exact"}, "exact fp32 int4 path instead of the fast W4A8 path", exact),
+          flag::choice({"--lm-head"}, "quantise lm_head to int4 at load, or keep it as stored",
+                       lm_head,
+                       {{"q4", model::LmHeadFormat::q4},
+                        {"as_stored", model::LmHeadFormat::as_stored}}),
+          flag::string({"--packed-cache"}, "auto|FILE",
+                       "map the int4 weights from a packed cache (written if missing)",
+                       packed_cache),
+          flag::boolean({"--packed-cache-copy"},
+                        "copy them out of it into owned 2 MiB-page memory instead", packed_copy),
+          flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache type", kv),
+          flag::boolean({"--no-lock"}, "do not mlock the packed weights", lock, false),
+      },
+      "End-to-end prompt processing and generation speed of checkpoints (rows pp, tg, start, "
+      "prefix).");
   if (models.empty()) {
-    bench::note("no model: pass -m DIR\n{}", kUsage);
+    bench::note("{}: no model: pass -m DIR (--help lists the flags)", argv[0]);
     return 2;
   }
   const auto kv_type = cache::parse_kv_type(kv);
   if (!kv_type) return (bench::note("--kv-type: {}", kv_type.error().message), 2);
   kv = cache::kv_type_name(*kv_type);
-  if (opts.quick) {
+  if (o.quick) {
     P = std::min<std::size_t>(P, 32);
     N = std::min<std::size_t>(N, 8);
   }

@@ -34,27 +34,10 @@ using namespace edgellm::cache;
 
 namespace {
 
-constexpr std::string_view kUsage =
-    "  --model qwen2-7b|llama3-8b|all   attention shapes (default all)\n"
-    "  --context N[,N...]               context lengths (default 512,2048,4096,8192)\n"
-    "  --kv-types f32,f16,int8          KV types (default all three)\n"
-    "  --no-lock                        do not mlock the caches\n";
-
 struct ModelShape {
   const char* name;
   std::size_t layers, heads, kv_heads, head_dim;
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> v;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = std::min(s.find(',', start), s.size());
-    v.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return v;
-}
 
 // One cache of each type, filled to the largest context, type-erased for the timing loop.
 struct AnyCache {
@@ -108,42 +91,23 @@ bool fill(Cache& c, std::size_t positions) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bench::options opts = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
   std::string model_arg = "all", kv_arg = "f32,f16,int8";
   std::vector<std::size_t> contexts{512, 2048, 4096, 8192};
   bool lock = true;
-  for (std::size_t i = 0; i < opts.extra.size(); ++i) {
-    const std::string& a = opts.extra[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= opts.extra.size()) {
-        bench::note("{} needs a value", a);
-        std::exit(2);
-      }
-      return opts.extra[++i];
-    };
-    if (a == "--model") {
-      model_arg = next();
-    } else if (a == "--context") {
-      contexts.clear();
-      for (const std::string& s : split(next())) {
-        const auto n = bench::detail::parse_long(s);
-        if (!n || *n < 1 || *n > (1 << 24)) {
-          bench::note("bad --context '{}'", s);
-          return 2;
-        }
-        contexts.push_back(static_cast<std::size_t>(*n));
-      }
-    } else if (a == "--kv-types") {
-      kv_arg = next();
-    } else if (a == "--no-lock") {
-      lock = false;
-    } else {
-      bench::note("unknown argument '{}'\n{}", a, kUsage);
-      return 2;
-    }
-  }
+  bench::options opts;
+  using bench::flag;
+  bench::parse_options(
+      argc, argv, opts,
+      {
+          flag::string({"--model"}, "qwen2-7b|llama3-8b|all", "attention shapes", model_arg),
+          flag::list<std::size_t>({"--context"}, "N[,N...]", "context lengths", contexts, 1,
+                                  std::size_t{1} << 24),
+          flag::string({"--kv-types"}, "f32,f16,int8", "KV types", kv_arg),
+          flag::boolean({"--no-lock"}, "do not mlock the caches", lock, false),
+      },
+      "One decode step's attention over the KV cache, per KV type and context length.");
   std::vector<KvType> types;
-  for (const std::string& s : split(kv_arg)) {
+  for (const std::string_view s : bench::flag::split_list(kv_arg)) {
     auto t = parse_kv_type(s);
     if (!t) {
       bench::note("--kv-types: {}", t.error().message);
@@ -156,7 +120,8 @@ int main(int argc, char** argv) {
   if (model_arg == "qwen2-7b" || model_arg == "all") models.push_back(qwen);
   if (model_arg == "llama3-8b" || model_arg == "all") models.push_back(llama);
   if (models.empty()) {
-    bench::note("unknown --model '{}'\n{}", model_arg, kUsage);
+    bench::note("{}: --model: '{}' is not one of 'qwen2-7b', 'llama3-8b', 'all'", argv[0],
+                model_arg);
     return 2;
   }
   if (opts.quick) {

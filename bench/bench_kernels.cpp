@@ -24,18 +24,6 @@ using namespace edgellm::kernels;
 
 namespace {
 
-constexpr std::string_view kUsage =
-    "  --op gemv|gemm|all        which kernels (default all)\n"
-    "  --path exact|fast|all     which paths (default all)\n"
-    "  --isa best|generic|avx2|avx_vnni|avx512_vnni|neon_dotprod|all   fast-path microkernels (default best)\n"
-    "  --gemv N,K                one GEMV shape instead of the Qwen2-7B decode sweep\n"
-    "  --rows LIST               activation rows over the GEMV working set (default 1): m > 1\n"
-    "                            runs GEMM there (op gemm_sweep), as speculative verification\n"
-    "                            of m - 1 drafted tokens does; cost_vs_m1 compares with m = 1\n"
-    "  --gemm M,N,K              GEMM shape (default 512,4096,4096)\n"
-    "  --group G                 group size 32|64|128 (default 128)\n"
-    "  --no-lock                 do not mlock the weights\n";
-
 // Fills a packed matrix with random codes, scale ~0.01 and zero point 8 (contents do not change
 // the work done, but keep the fp32 arithmetic away from denormals and NaN).
 void fill_random(Q4Matrix& m, std::uint64_t seed) {
@@ -62,51 +50,40 @@ struct Shape {
   std::size_t n, k;
 };
 
-std::vector<std::size_t> parse_list(const std::string& s) {
-  std::vector<std::size_t> v;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = std::min(s.find(',', start), s.size());
-    v.push_back(std::stoul(s.substr(start, comma - start)));
-    start = comma + 1;
-  }
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bench::options opts = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
   std::string op = "all", path_arg = "all", isa_arg = "best";
   std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1};
   std::size_t group = 128;
   bool lock = true;
-  for (std::size_t i = 0; i < opts.extra.size(); ++i) {
-    const std::string& a = opts.extra[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= opts.extra.size()) {
-        bench::note("{} needs a value", a);
-        std::exit(2);
-      }
-      return opts.extra[++i];
-    };
-    if (a == "--op") op = next();
-    else if (a == "--path") path_arg = next();
-    else if (a == "--isa") isa_arg = next();
-    else if (a == "--gemv") gemv_shape = parse_list(next());
-    else if (a == "--gemm") gemm_shape = parse_list(next());
-    else if (a == "--rows") sweep_rows = parse_list(next());
-    else if (a == "--group") group = std::stoul(next());
-    else if (a == "--no-lock") lock = false;
-    else {
-      bench::note("unknown argument '{}'\n{}", a, kUsage);
-      return 2;
-    }
-  }
+  bench::options opts;
+  using bench::flag;
+  constexpr std::size_t kMaxDim = std::size_t{1} << 24;
+  bench::parse_options(
+      argc, argv, opts,
+      {
+          flag::string({"--op"}, "gemv|gemm|all", "which kernels", op),
+          flag::string({"--path"}, "exact|fast|all", "which paths", path_arg),
+          flag::string({"--isa"}, "best|generic|avx2|avx_vnni|avx512_vnni|neon_dotprod|all",
+                       "fast-path microkernels", isa_arg),
+          flag::list<std::size_t>({"--gemv"}, "N,K",
+                                  "one GEMV shape instead of the Qwen2-7B decode sweep",
+                                  gemv_shape, 1, kMaxDim),
+          flag::list<std::size_t>({"--rows"}, "LIST",
+                                  "activation rows over the GEMV working set: m > 1\n"
+                                  "runs GEMM there (op gemm_sweep), as speculative verification\n"
+                                  "of m - 1 drafted tokens does; cost_vs_m1 compares with m = 1",
+                                  sweep_rows, 1, 4096),
+          flag::list<std::size_t>({"--gemm"}, "M,N,K", "GEMM shape", gemm_shape, 1, kMaxDim),
+          flag::number<std::size_t>({"--group"}, "G", "group size 32|64|128", group, 1, 4096),
+          flag::boolean({"--no-lock"}, "do not mlock the weights", lock, false),
+      },
+      "int4 GEMV (decode) and GEMM (prefill) speed against the measured read bandwidth.");
   if ((!gemv_shape.empty() && gemv_shape.size() != 2) || gemm_shape.size() != 3 ||
       !is_supported_group_size(group) || sweep_rows.empty() ||
       std::find(sweep_rows.begin(), sweep_rows.end(), 0) != sweep_rows.end()) {
-    bench::note("bad --gemv/--gemm/--group/--rows\n{}", kUsage);
+    bench::note("{}: bad --gemv (N,K), --gemm (M,N,K) or --group (32, 64 or 128)", argv[0]);
     return 2;
   }
 

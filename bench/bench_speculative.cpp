@@ -74,33 +74,6 @@ using WeightsPtr = std::shared_ptr<const model::TransformerWeights>;
 
 namespace {
 
-constexpr std::string_view kUsage =
-    "\n  --target DIR              target checkpoint (default models/kjv-target-awq)\n"
-    "  --draft DIR|lookup        draft checkpoint or n-gram lookup; repeatable or a comma list\n"
-    "                            (default models/kjv-draft-awq)\n"
-    "  -k LIST                   draft lengths (default 5)\n"
-    "  --adaptive                also run adaptive k (first k from -k, up to --k-max)\n"
-    "  --k-max N                 adaptive / cost-model largest k (default 8)\n"
-    "  --temperature LIST        0 = greedy (default 0); sampling uses top-k 40, top-p 0.95\n"
-    "  -n N                      tokens decoded per prompt (default 128)\n"
-    "  --prompts FILE            one prompt per line\n"
-    "  --prompt-file FILE        text to cut prompts from (default models/kjv-heldout.txt)\n"
-    "  --num-prompts N           prompts cut from --prompt-file (default 8)\n"
-    "  --prompt-len N            tokens per prompt cut from --prompt-file (default 64)\n"
-    "  --kv-type int8|f16|f32    KV cache (default int8, as edgellm-generate; --kv is an alias)\n"
-    "  --seed N                  sampling seed (default 1)\n"
-    "  --no-lock                 do not mlock the packed weights\n"
-    "  --packed-cache auto|FILE  map the target's int4 weights from a packed cache (written if\n"
-    "                            missing; see edgellm-bench)\n"
-    "  --draft-lm-head q4|as_stored   the draft's lm_head: int4 at load (default) or as stored\n"
-    "  --target-lm-head q4|as_stored  the target's (both arms of the comparison; default as_stored)\n"
-    "  --cost-model              measure verify/draft costs and project speedups instead\n"
-    "  --acceptance A|measured   cost model: acceptance rate (default 0.7)\n"
-    "  --acceptance-from T,D     cost model: use the acceptance measured on this pair (greedy,\n"
-    "                            k = 5, the prompts), e.g. the bundled models/kjv-target-awq,\n"
-    "                            models/kjv-draft-awq\n"
-    "  --context P               cost model: tokens held by the models while timing (default 64)\n";
-
 struct Args {
   std::string target;
   std::vector<std::string> drafts;
@@ -146,30 +119,17 @@ std::string resolve(const std::string& p) {
   return fs::exists(alt) ? alt.string() : p;
 }
 
+/// The comma-separated items of `s` (--acceptance-from T,D), as strings.
 std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = std::min(s.find(',', start), s.size());
-    out.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
+  const auto items = bench::flag::split_list(s);
+  return {items.begin(), items.end()};
 }
 
-std::size_t to_size(const std::string& flag, const std::string& s, std::size_t lo = 1) {
-  const auto v = bench::detail::parse_long(s);
-  if (!v || *v < static_cast<long>(lo) || *v > 100000000)
-    die(fmt::format("{}: '{}' is not a number >= {}", flag, s, lo), 2);
-  return static_cast<std::size_t>(*v);
-}
-
+/// A number >= 0 (--acceptance, validated already when the command line was parsed).
 double to_double(const std::string& flag, const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || v < 0)
-    die(fmt::format("{}: '{}' is not a number >= 0", flag, s), 2);
-  return v;
+  const auto v = bench::flag::parse_real(s, 0.0);
+  if (!v) die(fmt::format("{}: '{}' is not a number >= 0", flag, s), 2);
+  return *v;
 }
 
 std::string short_name(const std::string& dir) {
@@ -698,86 +658,79 @@ int run_cost_model(const Args& a, const bench::options& opts, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bench::options parsed = bench::parse_options(argc, argv, kUsage, /*allow_extra=*/true);
-  bench::options opts = parsed;
   Args a;
-  bool target_given = false, drafts_given = false, n_given = false, len_given = false;
-  for (std::size_t i = 0; i < parsed.extra.size(); ++i) {
-    const std::string& arg = parsed.extra[i];
-    std::string key = arg, value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
-      key = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    const auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= parsed.extra.size()) die(fmt::format("{} needs a value\n{}", key, kUsage), 2);
-      return parsed.extra[++i];
-    };
-    if (key == "--target") {
-      a.target = next();
-      target_given = true;
-    } else if (key == "--draft") {
-      if (!drafts_given) a.drafts.clear();
-      for (const auto& d : split(next())) a.drafts.push_back(d);
-      drafts_given = true;
-    } else if (key == "-k") {
-      a.ks.clear();
-      for (const auto& s : split(next())) a.ks.push_back(to_size("-k", s, 1));
-    } else if (key == "--adaptive") {
-      a.adaptive = true;
-    } else if (key == "--k-max") {
-      a.k_max = to_size(key, next(), 1);
-    } else if (key == "--temperature") {
-      a.temperatures.clear();
-      for (const auto& s : split(next())) a.temperatures.push_back(to_double(key, s));
-    } else if (key == "-n") {
-      a.n = to_size(key, next(), 1);
-      n_given = true;
-    } else if (key == "--prompts") {
-      a.prompts_file = next();
-    } else if (key == "--prompt-file") {
-      a.prompt_file = next();
-    } else if (key == "--num-prompts") {
-      a.num_prompts = to_size(key, next(), 1);
-    } else if (key == "--prompt-len") {
-      a.prompt_len = to_size(key, next(), 1);
-      len_given = true;
-    } else if (key == "--kv-type" || key == "--kv") {
-      a.kv = next();
-    } else if (key == "--seed") {
-      a.seed = to_size(key, next(), 0);
-    } else if (key == "--no-lock") {
-      a.lock = false;
-    } else if (key == "--packed-cache") {
-      a.target_packed_cache = next();
-    } else if (key == "--draft-lm-head" || key == "--target-lm-head") {
-      const std::string v = next();
-      if (v != "q4" && v != "as_stored") die(key + ": expected q4 or as_stored", 2);
-      (key == "--draft-lm-head" ? a.draft_lm_head : a.target_lm_head) =
-          v == "q4" ? model::LmHeadFormat::q4 : model::LmHeadFormat::as_stored;
-    } else if (key == "--cost-model") {
-      a.cost_model = true;
-    } else if (key == "--acceptance-from") {
-      a.acceptance_from = next();
-      if (split(a.acceptance_from).size() != 2)
-        die(fmt::format("--acceptance-from: expected TARGET,DRAFT, got '{}'", a.acceptance_from),
-            2);
-    } else if (key == "--acceptance") {
-      a.acceptance = next();
-      if (a.acceptance != "measured") (void)to_double(key, a.acceptance);
-    } else if (key == "--context") {
-      a.context = to_size(key, next(), 1);
-    } else if (key == "-t") {
-      opts.threads.clear();
-      for (const auto& s : split(next()))
-        opts.threads.push_back(static_cast<int>(to_size("-t", s, 1)));
-    } else {
-      die(fmt::format("unknown argument '{}'\n{}", arg, kUsage), 2);
-    }
-  }
+  bench::options opts;
+  using bench::flag;
+  constexpr std::size_t kMax = 100000000;
+  const std::vector<std::pair<std::string, model::LmHeadFormat>> lm_heads = {
+      {"q4", model::LmHeadFormat::q4}, {"as_stored", model::LmHeadFormat::as_stored}};
+  bench::parse_options(
+      argc, argv, opts,
+      {
+          flag::string({"--target"}, "DIR", "target checkpoint", a.target)
+              .shows_default("models/kjv-target-awq; --quick: the qwen2-awq-gemm fixture"),
+          flag::strings({"--draft"}, "DIR|lookup",
+                        "draft checkpoint or n-gram lookup; repeatable or a comma list", a.drafts,
+                        /*comma_list=*/true)
+              .shows_default("models/kjv-draft-awq; --quick: lookup and the llama-fp16 fixture"),
+          flag::list<std::size_t>({"-k"}, "LIST", "draft lengths", a.ks, 1, kMax),
+          flag::boolean({"--adaptive"}, "also run adaptive k (first k from -k, up to --k-max)",
+                        a.adaptive),
+          flag::number<std::size_t>({"--k-max"}, "N", "adaptive / cost-model largest k", a.k_max,
+                                    1, kMax),
+          flag::real_list({"--temperature"}, "LIST",
+                          "0 = greedy; sampling uses top-k 40, top-p 0.95", a.temperatures, 0.0),
+          flag::number<std::size_t>({"-n"}, "N", "tokens decoded per prompt", a.n, 1, kMax)
+              .shows_default("128; --quick: 16"),
+          flag::string({"--prompts"}, "FILE", "one prompt per line", a.prompts_file),
+          flag::string({"--prompt-file"}, "FILE", "text to cut prompts from", a.prompt_file)
+              .shows_default("models/kjv-heldout.txt"),
+          flag::number<std::size_t>({"--num-prompts"}, "N", "prompts cut from --prompt-file",
+                                    a.num_prompts, 1, kMax),
+          flag::number<std::size_t>({"--prompt-len"}, "N",
+                                    "tokens per prompt cut from --prompt-file", a.prompt_len, 1,
+                                    kMax)
+              .shows_default("64; --quick: 16"),
+          flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache (as edgellm-generate)",
+                       a.kv),
+          flag::number<std::uint64_t>({"--seed"}, "N", "sampling seed", a.seed, 0, kMax),
+          flag::boolean({"--no-lock"}, "do not mlock the packed weights", a.lock, false),
+          flag::string({"--packed-cache"}, "auto|FILE",
+                       "map the target's int4 weights from a packed cache (written if\n"
+                       "missing; see edgellm-bench)",
+                       a.target_packed_cache),
+          flag::choice({"--draft-lm-head"}, "the draft's lm_head: int4 at load or as stored",
+                       a.draft_lm_head, lm_heads),
+          flag::choice({"--target-lm-head"}, "the target's (both arms of the comparison)",
+                       a.target_lm_head, lm_heads),
+          flag::boolean({"--cost-model"}, "measure verify/draft costs and project speedups instead",
+                        a.cost_model),
+          flag::custom({"--acceptance"}, "A|measured", "cost model: acceptance rate (default 0.7)",
+                       [&a](std::string_view v) {
+                         if (v != "measured" && !flag::parse_real(v, 0.0))
+                           return fmt::format("'{}' is neither a number >= 0 nor 'measured'", v);
+                         a.acceptance = std::string(v);
+                         return std::string();
+                       }),
+          flag::custom({"--acceptance-from"}, "T,D",
+                       "cost model: use the acceptance measured on this pair (greedy,\n"
+                       "k = 5, the prompts), e.g. the bundled models/kjv-target-awq,\n"
+                       "models/kjv-draft-awq",
+                       [&a](std::string_view v) {
+                         if (flag::split_list(v).size() != 2)
+                           return fmt::format("'{}' is not TARGET,DRAFT", v);
+                         a.acceptance_from = std::string(v);
+                         return std::string();
+                       }),
+          flag::number<std::size_t>({"--context"}, "P",
+                                    "cost model: tokens held by the models while timing",
+                                    a.context, 1, kMax),
+          flag::threads({"-t"}, "thread counts; same as --threads", opts.threads)
+              .shows_default("1,2; --quick: 1"),
+      },
+      "Speculative decoding against target-only decoding, end to end, or its cost model.");
+  const bool target_given = opts.was_given("--target"), drafts_given = opts.was_given("--draft"),
+             n_given = opts.was_given("-n"), len_given = opts.was_given("--prompt-len");
   const std::size_t kmax_allowed = decode::SpeculativeOptions::kMaxDraft;
   for (auto k : a.ks)
     if (k > kmax_allowed) die(fmt::format("-k: {} is above {}", k, kmax_allowed), 2);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Shared by the edgellm-bench-* programs: options, timing, result rows, machine probes.
+// Shared by the edgellm-bench-* programs: the flag table, timing, result rows, machine probes.
 //
 // Output contract (style §12): stdout is for machines only. TSV (default) starts with
 // `# key=value` metadata lines, then one header line, then one line per row; `--format json`
@@ -11,12 +11,16 @@
 #pragma once
 
 #include <edgellm/config.hpp>
+#include <edgellm/io/json_write.hpp>
 
 #include <fmt/format.h>
 #include <xsimd/xsimd.hpp>
 
+#include "flags.hpp"
+
 #include <algorithm>
 #include <barrier>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -28,12 +32,14 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <regex>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -62,136 +68,6 @@ namespace edgellm::bench {
 template <class... Args>
 void note(fmt::format_string<Args...> format, Args&&... args) {
   fmt::print(stderr, "{}\n", fmt::format(format, std::forward<Args>(args)...));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Command line
-
-enum class output_format { tsv, json, md };
-
-/// Options every bench understands:
-///   --format tsv|json|md   output (default tsv)
-///   --quick                small sizes and few reps: CI smoke run
-///   --threads 1,2,4        thread counts to run (0 = all hardware threads)
-///   --reps N               timed repetitions per row
-///   --filter REGEX         run only rows whose name matches (std::regex, search semantics)
-/// Both `--opt value` and `--opt=value` work. Unknown options are an error unless the bench
-/// asked for them (`allow_extra`), in which case they are left in `extra` in order.
-struct options {
-  output_format format = output_format::tsv;
-  bool quick = false;
-  std::vector<int> threads;        ///< empty: the bench's default
-  int reps = 0;                    ///< 0: the bench's default
-  std::string filter;              ///< empty: every row
-  std::vector<std::string> extra;  ///< bench-specific arguments, when allowed
-  std::optional<std::regex> filter_re;
-
-  /// True when the row `name` passes --filter.
-  bool selected(std::string_view name) const {
-    return !filter_re || std::regex_search(name.begin(), name.end(), *filter_re);
-  }
-  int reps_or(int fallback) const { return reps > 0 ? reps : fallback; }
-  std::vector<int> threads_or(std::vector<int> fallback) const {
-    return threads.empty() ? std::move(fallback) : threads;
-  }
-};
-
-namespace detail {
-
-inline void usage(const char* argv0, std::string_view extra_usage) {
-  fmt::print(stderr,
-             "usage: {} [--format tsv|json|md] [--quick] [--threads N[,N...]] [--reps N]\n"
-             "          [--filter REGEX]{}{}\n",
-             argv0, extra_usage.empty() ? "" : " ", extra_usage);
-}
-
-[[noreturn]] inline void bad_args(const char* argv0, std::string_view extra_usage,
-                                  const std::string& why) {
-  fmt::print(stderr, "{}: {}\n", argv0, why);
-  usage(argv0, extra_usage);
-  std::exit(2);
-}
-
-inline std::optional<long> parse_long(std::string_view s) {
-  if (s.empty()) return std::nullopt;
-  std::string copy(s);
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(copy.c_str(), &end, 10);
-  if (errno != 0 || end != copy.c_str() + copy.size()) return std::nullopt;
-  return v;
-}
-
-}  // namespace detail
-
-/// Parses the common options (see `options`). --help prints usage and exits 0; a malformed
-/// command line prints the reason and usage to stderr and exits 2.
-inline options parse_options(int argc, char** argv, std::string_view extra_usage = {},
-                             bool allow_extra = false) {
-  options o;
-  const char* argv0 = argc > 0 ? argv[0] : "bench";
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::string_view key = arg;
-    std::optional<std::string_view> value;
-    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      key = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
-    auto take_value = [&]() -> std::string_view {
-      if (value) return *value;
-      if (i + 1 >= argc) detail::bad_args(argv0, extra_usage, fmt::format("{} needs a value", key));
-      return argv[++i];
-    };
-    if (key == "--help" || key == "-h") {
-      detail::usage(argv0, extra_usage);
-      std::exit(0);
-    } else if (key == "--quick") {
-      o.quick = true;
-    } else if (key == "--format") {
-      const std::string_view f = take_value();
-      if (f == "tsv") {
-        o.format = output_format::tsv;
-      } else if (f == "json") {
-        o.format = output_format::json;
-      } else if (f == "md") {
-        o.format = output_format::md;
-      } else {
-        detail::bad_args(argv0, extra_usage, fmt::format("unknown format '{}'", f));
-      }
-    } else if (key == "--threads") {
-      const std::string_view list = take_value();
-      o.threads.clear();
-      std::size_t start = 0;
-      while (start <= list.size()) {
-        const std::size_t comma = std::min(list.find(',', start), list.size());
-        const auto n = detail::parse_long(list.substr(start, comma - start));
-        if (!n || *n < 0 || *n > 4096) {
-          detail::bad_args(argv0, extra_usage, fmt::format("bad --threads list '{}'", list));
-        }
-        const auto hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        o.threads.push_back(*n == 0 ? hw : static_cast<int>(*n));
-        start = comma + 1;
-      }
-    } else if (key == "--reps") {
-      const auto n = detail::parse_long(take_value());
-      if (!n || *n < 1 || *n > 1000000) detail::bad_args(argv0, extra_usage, "bad --reps");
-      o.reps = static_cast<int>(*n);
-    } else if (key == "--filter") {
-      o.filter = std::string(take_value());
-      // std::regex reports a bad pattern by throwing; this is the one place we catch.
-      try {
-        o.filter_re.emplace(o.filter, std::regex::ECMAScript | std::regex::optimize);
-      } catch (const std::regex_error& e) {
-        detail::bad_args(argv0, extra_usage, fmt::format("bad --filter regex: {}", e.what()));
-      }
-    } else if (allow_extra) {
-      o.extra.emplace_back(arg);
-    } else {
-      detail::bad_args(argv0, extra_usage, fmt::format("unknown argument '{}'", arg));
-    }
-  }
-  return o;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -507,39 +383,6 @@ struct value {
 };
 
 namespace detail {
-inline std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
-
 // Numbers print with 6 significant digits; non-finite ones as nan/inf (null in JSON). Strings
 // lose the characters that would break their line: tabs and newlines, and '|' in Markdown.
 inline std::string render(const value& x, output_format format) {
@@ -550,7 +393,7 @@ inline std::string render(const value& x, output_format format) {
     return fmt::format("{:.6g}", *d);
   }
   const auto& s = std::get<std::string>(x.v);
-  if (json) return json_escape(s);
+  if (json) return io::json::escape(s);
   std::string clean = s;
   std::replace(clean.begin(), clean.end(), '\t', ' ');
   std::replace(clean.begin(), clean.end(), '\n', ' ');
@@ -604,7 +447,7 @@ class table {
         line = "{";
         for (std::size_t i = 0; i < cells.size(); ++i) {
           if (i != 0) line += ", ";
-          line += detail::json_escape(columns_[i]) + ": " + detail::render(cells[i], format_);
+          line += io::json::escape(columns_[i]) + ": " + detail::render(cells[i], format_);
         }
         line += "}";
         break;

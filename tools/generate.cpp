@@ -4,6 +4,7 @@
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
 // Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
 #include "edgellm/session.hpp"
+#include "edgellm/detail/split.hpp"
 
 #include <fmt/format.h>
 
@@ -148,16 +149,12 @@ int parse_args(int argc, char** argv, Args& a) {
       if (!need("IDS")) return usage_error("--prompt-ids: missing a comma-separated list of ids");
       a.have_prompt_ids = true;
       a.prompt_ids.clear();
-      std::size_t pos = 0;
-      while (pos <= v.size()) {
-        const std::size_t comma = std::min(v.find(',', pos), v.size());
-        const std::string_view item = v.substr(pos, comma - pos);
+      for (const std::string_view item : edgellm::detail::split_list(v)) {
         std::int32_t id = 0;
         if (!parse_number(item, id))
           return usage_error(fmt::format("--prompt-ids: '{}' (item {}) is not a token id", item,
                                          a.prompt_ids.size() + 1));
         a.prompt_ids.push_back(id);
-        pos = comma + 1;
       }
     } else if (arg == "--chat") {
       a.chat = true;

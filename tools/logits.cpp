@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
 // shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
+#include "edgellm/detail/split.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -84,18 +85,14 @@ bool parse_args(int argc, char** argv, Args& a, bool& help) {
     } else if (arg == "--ids") {
       if (!value(v)) return fail("--ids: missing a comma-separated list of token ids");
       have_ids = true;
-      std::size_t pos = 0;
-      while (pos <= v.size()) {
-        const std::size_t comma = std::min(v.find(',', pos), v.size());
-        const std::string item = v.substr(pos, comma - pos);
+      for (const std::string_view item : edgellm::detail::split_list(v)) {
         std::int32_t id = 0;
         const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
         if (item.empty() || ec != std::errc() || p != item.data() + item.size()) {
-          return fail("--ids: '" + item + "' (item " + std::to_string(a.ids.size() + 1) +
-                      ") is not a token id");
+          return fail("--ids: '" + std::string(item) + "' (item " +
+                      std::to_string(a.ids.size() + 1) + ") is not a token id");
         }
         a.ids.push_back(id);
-        pos = comma + 1;
       }
     } else {
       return fail("unknown argument '" + std::string(arg) + "'");

@@ -53,8 +53,8 @@ bool spin_while(Pred&& pred, std::chrono::microseconds budget) noexcept {
 /// Calling run() from inside a task is not allowed (it would deadlock) and is asserted.
 /// Idle workers spin for up to kSpinTime, then sleep on an atomic wait, so an idle pool costs
 /// no CPU. The spin covers the gaps between a decode step's kernels (norms, activations,
-/// attention bookkeeping: tens of microseconds): waking a sleeping thread costs ~10 us more
-/// per fork-join, a lot next to the 5-50 us a small model's matmul takes.
+/// attention bookkeeping): waking a sleeping thread costs more per fork-join than a small
+/// model's matmul takes (docs/performance.md, Thread pool).
 class ThreadPool {
  public:
   /// Creates a pool of n_threads threads in total (the caller counts as one).

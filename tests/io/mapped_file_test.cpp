@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/temp_dir.hpp"
+#include "support/prelude.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -19,12 +20,6 @@
 #include <unistd.h>
 
 namespace {
-
-namespace fs = std::filesystem;
-
-using edgellm::test::TempDir;
-
-using Catch::Matchers::Contains;
 
 }  // namespace
 

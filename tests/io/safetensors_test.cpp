@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/temp_dir.hpp"
+#include "support/prelude.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -18,12 +19,7 @@
 
 namespace {
 
-namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
-using edgellm::errc;
 using edgellm::io::dtype;
-
-using edgellm::test::TempDir;
 
 std::string le64(std::uint64_t n) {
   std::string s(8, '\0');

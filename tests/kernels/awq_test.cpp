@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "support/test_util.hpp"
+#include "support/prelude.hpp"
 
-using namespace edgellm;
 using namespace edgellm::kernels;
 
 namespace {

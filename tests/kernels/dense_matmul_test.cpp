@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "support/test_util.hpp"
+#include "support/prelude.hpp"
 
-using namespace edgellm;
 using namespace edgellm::kernels;
 
 namespace {

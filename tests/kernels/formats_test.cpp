@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "edgellm/kernels/formats.hpp"
+#include "support/prelude.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 
-using namespace edgellm;
 using namespace edgellm::kernels;
 
 TEST_CASE("Q4Tile layout", "[kernels][formats]") {

@@ -11,8 +11,8 @@
 #include "edgellm/kernels/reference.hpp"
 #include "support/q4_fixtures.hpp"
 #include "support/test_util.hpp"
+#include "support/prelude.hpp"
 
-using namespace edgellm;
 using namespace edgellm::kernels;
 
 namespace {

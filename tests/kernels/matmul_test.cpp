@@ -9,8 +9,8 @@
 
 #include "support/q4_fixtures.hpp"
 #include "support/test_util.hpp"
+#include "support/prelude.hpp"
 
-using namespace edgellm;
 using namespace edgellm::kernels;
 
 namespace {

@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "support/test_util.hpp"
+#include "support/prelude.hpp"
 
-using namespace edgellm;
 using namespace edgellm::kernels;
 
 TEST_CASE("quantize_rtn: codes in range and error at most half a step", "[kernels][quantize]") {

@@ -151,9 +151,8 @@ inline void dense_dots(const std::byte* const* rows, std::size_t k, const float*
   for (; c + L * NACC <= k; c += L * NACC) {
     // Software prefetch kDensePrefetchBytes ahead in each of the R rows, one cache line each
     // time a row enters a new line: R row streams per thread are more than the hardware
-    // prefetcher keeps far enough ahead (Qwen2-7B's fp16 lm_head, 152064 x 3584, from DRAM:
-    // 65 % of the read bandwidth at 1 thread without, 88-95 % with; 256 bytes gave 85-91 %,
-    // 1024 75-79 %). Prefetches never fault: past the last row is harmless.
+    // prefetcher keeps far enough ahead (the distance was chosen on Qwen2-7B's fp16 lm_head:
+    // docs/performance.md, Kernels). Prefetches never fault: past the last row is harmless.
     if ((c * E) % 64 < L * NACC * E)
       for (std::size_t r = 0; r < R; ++r)
         __builtin_prefetch(reinterpret_cast<const void*>(  // an address, no pointer arithmetic

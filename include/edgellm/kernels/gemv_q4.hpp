@@ -71,9 +71,8 @@ inline void tile_header_to_f32(const std::uint16_t* scale, const std::uint8_t* z
 }  // namespace detail
 
 /// Tiles the exact GEMV prefetches ahead of the one it reads (into L2). The tiles of a tile row
-/// lie back to back, so this runs along the thread's stream. Qwen2-7B sweep from DRAM on an Intel
-/// Xeon (AVX-512): 2 threads 12-14 -> 15-17 GB/s, 1 thread 7-9 -> 8-9 GB/s (paired runs in
-/// noisy minutes); on an AMD EPYC host a 4-32 tile prefetch had made no difference.
+/// lie back to back, so this runs along the thread's stream. It raised the streaming rate on
+/// one host and made no difference on another (docs/performance.md, Kernels).
 inline constexpr std::size_t kExactPrefetchTiles = 3;
 
 /// Numerics of the exact path. Per group g of G inputs and per row r it forms

@@ -184,7 +184,7 @@ status run_products(std::string_view where, std::span<const Product> products, c
 
   // Tiles are handed out in pieces of about 1/8 of a thread's share, balanced at run time: on a
   // shared host one core is often slower for a while, and a static split would wait for it
-  // (decode at 2 threads: 6.3 -> 7.1 tokens/s, medians of 9 interleaved runs).
+  // (docs/performance.md, Kernels).
   const std::size_t threads = opts.pool ? opts.pool->size() : 1;
   const std::size_t grain = std::max<std::size_t>(1, total_tiles / (threads * 8));
   if (opts.path == MatmulPath::exact) {

@@ -34,17 +34,15 @@ inline std::int32_t load_x4(const std::int8_t* p) noexcept {
 /// is consumed faster than DRAM delivers it and the hardware prefetcher alone keeps enough
 /// misses in flight a few tiles ahead; with more rows each tile takes MR times the arithmetic,
 /// and without a software prefetch far enough ahead the loads and the arithmetic stop
-/// overlapping (measured on the Qwen2-7B sweep, streaming from DRAM: MR = 8 on AVX-512 VNNI ran
-/// at half its in-cache rate, with an 8-tile prefetch at 80-95 % of it).
+/// overlapping when the weights stream from DRAM (docs/performance.md, Kernels).
 template <std::size_t MR>
 inline constexpr std::size_t kPrefetchTiles = MR == 1 ? 3 : 8;
 
 /// Cache level of that prefetch. MR = 1 (GEMV) prefetches into L2 only: an L1 prefetch holds
 /// one of the core's few L1 miss buffers per line until DRAM answers, which the demand loads
-/// then wait for (Qwen2-7B sweep on an Intel Xeon with AVX-512 VNNI, 1 thread: 80-84 % of the
-/// probed bandwidth with _MM_HINT_T0, 87-94 % with T1 or T2 at the same distance; farther, 6-32
-/// tiles, 79-85 %; NTA 40 %). AMD cores treat T0/T1/T2 alike. MR > 1 spends long enough per
-/// tile that the L1 prefetch pays.
+/// then wait for; a farther distance or a non-temporal hint was slower (docs/performance.md,
+/// Kernels). AMD cores treat T0/T1/T2 alike. MR > 1 spends long enough per tile that the L1
+/// prefetch pays.
 /// (The value is __builtin_prefetch's locality: 3 = T0, 2 = T1.)
 template <std::size_t MR>
 inline constexpr int kPrefetchLocality = MR == 1 ? 2 : 3;
