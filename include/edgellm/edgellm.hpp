@@ -24,6 +24,7 @@
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/io/safetensors.hpp"
 #include "edgellm/model/config.hpp"
+#include "edgellm/model/config_json.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/packed_cache.hpp"

@@ -12,7 +12,7 @@
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/kernels/quantize.hpp"
-#include "edgellm/model/config.hpp"
+#include "edgellm/model/config_json.hpp"
 #include "edgellm/model/packed_cache.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
