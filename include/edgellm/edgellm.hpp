@@ -20,6 +20,7 @@
 #include "edgellm/decode/prompt_cache.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/decode/speculative.hpp"
+#include "edgellm/io/checkpoint.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/io/safetensors.hpp"

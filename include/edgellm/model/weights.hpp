@@ -5,7 +5,7 @@
 // biases, and embeddings / lm_head read in place from the memory-mapped files.
 #pragma once
 
-#include "edgellm/io/safetensors.hpp"
+#include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/awq.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/float16.hpp"
