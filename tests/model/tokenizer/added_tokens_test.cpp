@@ -30,7 +30,11 @@ V split(const tok::AddedVocabulary& v, std::string_view text, bool parse_special
   v.split(
       text, v.raw_trie, parse_special,
       [&](tok::Span s) { out.emplace_back(text.substr(s.begin, s.end - s.begin)); },
-      [&](std::int32_t id) { out.push_back("#" + std::to_string(id)); });
+      [&](std::int32_t id) {
+        std::string s = "#";
+        s += std::to_string(id);
+        out.push_back(s);
+      });
   return out;
 }
 

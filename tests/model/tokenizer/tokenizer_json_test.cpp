@@ -21,10 +21,11 @@ using Catch::Matchers::Contains;
 using edgellm::errc;
 using Ids = std::vector<std::int32_t>;
 
-tok::TokenizerSpec parse_ok(std::string_view text) {
+/// The spec of `text`, which must parse (the test stops otherwise).
+edgellm::result<tok::TokenizerSpec> parse(std::string_view text) {
   auto spec = tok::parse_tokenizer_json(text, "t.json");
   if (!spec) FAIL(spec.error().message);
-  return std::move(*spec);
+  return spec;
 }
 
 edgellm::error error_of(std::string_view text) {
@@ -36,7 +37,7 @@ edgellm::error error_of(std::string_view text) {
 }  // namespace
 
 TEST_CASE("tokenizer.json: a SentencePiece-style file", "[tokenizer]") {
-  const tok::TokenizerSpec s = parse_ok(R"({
+  const auto s_parsed = parse(R"({
     "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": true, "fuse_unk": true,
               "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x0A>": 3, "a": 4, "b": 5, "ab": 6},
               "merges": ["#version: 0.2", "a b"]},
@@ -58,6 +59,7 @@ TEST_CASE("tokenizer.json: a SentencePiece-style file", "[tokenizer]") {
         {"type": "ByteFallback"}, {"type": "Fuse"},
         {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
   })");
+  const tok::TokenizerSpec& s = *s_parsed;
   CHECK(s.model.vocab.size() == 7);
   CHECK(s.model.unk_token == "<unk>");
   CHECK(s.model.byte_fallback);
@@ -95,8 +97,8 @@ TEST_CASE("tokenizer.json: a SentencePiece-style file", "[tokenizer]") {
 
 TEST_CASE("tokenizer.json: byte-level pre-tokenizers and the Split regexes", "[tokenizer]") {
   const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0}, "merges": []})";
-  const tok::TokenizerSpec bl =
-      parse_ok("{" + model + R"(, "pre_tokenizer": {"type": "ByteLevel"}})");
+  const auto bl_parsed = parse("{" + model + R"(, "pre_tokenizer": {"type": "ByteLevel"}})");
+  const tok::TokenizerSpec& bl = *bl_parsed;
   CHECK(bl.byte_level);
   REQUIRE(bl.pre_tokenizers.size() == 1);
   CHECK(bl.pre_tokenizers[0].add_prefix_space);  // HF's defaults
@@ -105,18 +107,20 @@ TEST_CASE("tokenizer.json: byte-level pre-tokenizers and the Split regexes", "[t
 
   // The regex arrives JSON-escaped and is recognised after unescaping.
   const std::string pattern = json::dump(json::Value(std::string(tok::kLlama3Pattern)));
-  const tok::TokenizerSpec split =
-      parse_ok("{" + model + R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": )" +
-               pattern + R"(}, "behavior": "MergedWithNext", "invert": true}})");
+  const auto split_parsed =
+      parse("{" + model + R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": )" +
+            pattern + R"(}, "behavior": "MergedWithNext", "invert": true}})");
+  const tok::TokenizerSpec& split = *split_parsed;
   REQUIRE(split.pre_tokenizers.size() == 1);
   CHECK(split.pre_tokenizers[0].regex == tok::SplitRegex::llama3);
   CHECK(split.pre_tokenizers[0].behavior == tok::SplitBehavior::merged_with_next);
   CHECK(split.pre_tokenizers[0].invert);
   CHECK_FALSE(split.byte_level);
 
-  const tok::TokenizerSpec meta = parse_ok(
+  const auto meta_parsed = parse(
       "{" + model +
       R"(, "pre_tokenizer": {"type": "Metaspace", "replacement": "_", "prepend_scheme": "first", "split": false}})");
+  const tok::TokenizerSpec& meta = *meta_parsed;
   REQUIRE(meta.pre_tokenizers.size() == 1);
   CHECK(meta.pre_tokenizers[0].replacement == "_");
   CHECK(meta.pre_tokenizers[0].prepend == tok::PrependScheme::first);
