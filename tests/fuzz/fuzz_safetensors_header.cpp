@@ -4,7 +4,7 @@
 // accepted safetensors headers tile the file exactly, and accepted JSON round-trips through dump.
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/safetensors.hpp"
-#include "edgellm/model/config.hpp"
+#include "edgellm/model/config_json.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for edgellm/model/tokenizer.hpp: encode/decode against the Python oracle's expected ids
-// (tests/data/tokenizer, made by tools/make_test_tokenizers.py), the pre-tokenizer regexes, NFC,
-// streaming decode, and error reporting.
+// (tests/data/tokenizer, made by tools/make_test_tokenizers.py), the public API, streaming
+// decode by id, round trips, and errors at load and encode time. The pipeline's parts have their
+// own tests under tests/model/tokenizer/.
 #include "edgellm/model/tokenizer.hpp"
 
 #include "edgellm/detail/unicode.hpp"
@@ -175,44 +176,6 @@ TEST_CASE("Tokenizer matches the Python oracle on the corpus", "[tokenizer]") {
     CHECK(stream_decode(t, ids, false) == c.find("decoded")->as_string());
     CHECK(stream_decode(t, ids, true) == c.find("decoded_skip")->as_string());
   }
-}
-
-TEST_CASE("Tokenizer pre-tokenizer regexes split like Python's regex module", "[tokenizer]") {
-  // formats.md §4.1 vectors for the Qwen2 regex.
-  const auto split = [](std::string_view s) { return tok::regex_split(tok::SplitRegex::qwen2, s); };
-  using V = std::vector<std::string_view>;
-  CHECK(split("Hello world") == V{"Hello", " world"});
-  CHECK(split("I'M don't 2024!!") == V{"I", "'M", " don", "'t", " ", "2", "0", "2", "4", "!!"});
-  CHECK(split("a   b") == V{"a", "  ", " b"});
-  CHECK(split("x\n\n  y") == V{"x", "\n\n", " ", " y"});
-  CHECK(split("Hello,world") == V{"Hello", ",world"});
-  CHECK(split("  foo  \n") == V{" ", " foo", "  \n"});
-  CHECK(split("价格是12元。") == V{"价格是", "1", "2", "元", "。"});
-  CHECK(split("end.\n") == V{"end", ".\n"});
-  CHECK(split("") == V{});
-  CHECK(tok::regex_split(tok::SplitRegex::llama3, "x 2024!") == V{"x", " ", "202", "4", "!"});
-  CHECK(tok::regex_split(tok::SplitRegex::gpt2, "I'M 2024 x") == V{"I", "'", "M", " 2024", " x"});
-
-  // Every corpus string against the regex module's findall.
-  const json::Value corpus = load_json("corpus.json");
-  const json::Value splits = load_json("regex_splits.json");
-  const std::pair<const char*, tok::SplitRegex> kinds[] = {{"qwen2", tok::SplitRegex::qwen2},
-                                                           {"llama3", tok::SplitRegex::llama3},
-                                                           {"gpt2", tok::SplitRegex::gpt2}};
-  for (const auto& [name, kind] : kinds) {
-    const json::Array& want_all = splits.find(name)->as_array();
-    REQUIRE(want_all.size() == corpus.size());
-    for (std::size_t i = 0; i < want_all.size(); ++i) {
-      const std::string& text = corpus.as_array()[i].as_string();
-      INFO(name << " on " << show(text));
-      std::vector<std::string> want, got;
-      for (const json::Value& p : want_all[i].as_array()) want.push_back(p.as_string());
-      for (const std::string_view p : tok::regex_split(kind, text)) got.emplace_back(p);
-      CHECK(got == want);
-    }
-  }
-  CHECK(tok::recognize_split_regex(tok::kQwen2Pattern) == tok::SplitRegex::qwen2);
-  CHECK(!tok::recognize_split_regex("\\s+"));
 }
 
 TEST_CASE("Unicode classes and NFC/NFD agree with Python's unicodedata", "[tokenizer]") {
@@ -520,72 +483,11 @@ TEST_CASE("Tokenizer reports bad input clearly", "[tokenizer]") {
     REQUIRE(!t.has_value());
     return t.error();
   };
-  const std::string model_head =
-      R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})";
 
-  SECTION("malformed JSON") {
-    const auto e = error_of(R"({"model": {"type": "BPE",})");
-    CHECK(e.code == errc::format_error);
-    CHECK_THAT(e.message, Contains("t.json") && Contains("line 1"));
-  }
-  SECTION("unknown model type") {
+  SECTION("from_json passes on the parser's errors (tokenizer/tokenizer_json_test.cpp)") {
     const auto e = error_of(R"({"model": {"type": "WordPiece", "vocab": {}}})");
     CHECK(e.code == errc::unsupported);
-    CHECK_THAT(e.message, Contains("unknown model type 'WordPiece'"));
-  }
-  SECTION("missing merges") {
-    const auto e = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})");
-    CHECK(e.code == errc::format_error);
-    CHECK_THAT(e.message, Contains("model.merges") && Contains("missing"));
-  }
-  SECTION("merge of unknown tokens") {
-    const auto e = error_of(
-        R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "b"]]}})");
-    CHECK_THAT(e.message,
-               Contains("model.merges[0]") && Contains("\"ab\" is not in the vocabulary"));
-    const auto e2 = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a c"]}})");
-    CHECK_THAT(e2.message, Contains("\"c\" is not in the vocabulary"));
-    const auto e3 =
-        error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a a a"]}})");
-    CHECK_THAT(e3.message, Contains("two tokens separated by one space"));
-  }
-  SECTION("vocabulary problems") {
-    CHECK_THAT(error_of(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})").message,
-               Contains("model.vocab[\"a\"]"));
-    CHECK_THAT(
-        error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}, "merges": []}})").message,
-        Contains("id 0 is used by both \"a\" and \"b\""));
-    CHECK_THAT(
-        error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0, "a": 1}, "merges": []}})").message,
-        Contains("token \"a\" appears twice"));
-  }
-  SECTION("unsupported pre-tokenizer pattern") {
-    const auto e = error_of(
-        "{" + model_head +
-        R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Isolated", "invert": false}})");
-    CHECK(e.code == errc::unsupported);
-    CHECK_THAT(e.message,
-               Contains("unsupported pre-tokenizer pattern") && Contains("pre_tokenizer.pattern"));
-  }
-  SECTION("unsupported components") {
-    CHECK_THAT(error_of("{" + model_head + R"(, "normalizer": {"type": "NFKC"}})").message,
-               Contains("normalizer type 'NFKC' is not supported"));
-    CHECK_THAT(error_of("{" + model_head + R"(, "pre_tokenizer": {"type": "Whitespace"}})").message,
-               Contains("pre-tokenizer type 'Whitespace'"));
-    CHECK_THAT(error_of("{" + model_head + R"(, "decoder": {"type": "WordPiece"}})").message,
-               Contains("decoder type 'WordPiece'"));
-    CHECK_THAT(
-        error_of("{" + model_head + R"(, "post_processor": {"type": "BertProcessing"}})").message,
-        Contains("post-processor type 'BertProcessing'"));
-    CHECK_THAT(
-        error_of(
-            "{" + model_head +
-            R"(, "decoder": {"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "ByteFallback"}]}})")
-            .message,
-        Contains("ByteFallback after Fuse"));
-    CHECK_THAT(error_of(R"({"model": {"type": "BPE", "dropout": 0.1, "vocab": {}, "merges": []}})")
-                   .message,
-               Contains("BPE-dropout"));
+    CHECK_THAT(e.message, Contains("t.json") && Contains("unknown model type 'WordPiece'"));
   }
   SECTION("missing file") {
     auto t = Tokenizer::load(data_path("no_such_tokenizer.json"));

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "edgellm/io/mapped_file.hpp"
-#include "edgellm/io/safetensors.hpp"
+#include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/result.hpp"
 

@@ -5,14 +5,14 @@
 // biases, and embeddings / lm_head read in place from the memory-mapped files.
 #pragma once
 
-#include "edgellm/io/safetensors.hpp"
+#include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/awq.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/kernels/quantize.hpp"
-#include "edgellm/model/config.hpp"
+#include "edgellm/model/config_json.hpp"
 #include "edgellm/model/packed_cache.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
