@@ -2,12 +2,14 @@
 // Tests for edgellm/cache/quantized_kv_cache.hpp and the attention kernels of
 // edgellm/cache/attention.hpp: the int8 storage against an independent quantiser, memory, the
 // xsimd kernels on every compiled architecture against the double-precision twin (within the
-// bound derived in kv_cache.hpp) and the twin against reference::attention, accuracy against
-// fp32 storage, thread-count and batch invariance, truncation, errors, prefix blobs and files,
-// and the Transformer over the int8 cache (logits, the decode::Model contract, prefix reuse).
+// bound derived in dense_kv_cache.hpp) and the twin against reference::attention, accuracy
+// against fp32 storage, thread-count and batch invariance, truncation, errors, prefix blobs of
+// every KV type (their files: prefix_blob_test.cpp), and the Transformer over the int8 cache
+// (logits, the decode::Model contract, prefix reuse).
 #include "edgellm/cache/quantized_kv_cache.hpp"
 
 #include "decode/model_contract.hpp"
+#include "edgellm/cache/reference_attention.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "model/model_test_support.hpp"
 #include "support/temp_dir.hpp"
@@ -624,24 +626,6 @@ TEMPLATE_TEST_CASE("KV prefix blobs round-trip and refuse foreign or damaged inp
     REQUIRE(c->import_prefix(blob, fp));
     CHECK(c->length() == 270);
     CHECK(same_bits(outputs(*c), outputs(*a)));
-  }
-
-  SECTION("prefix files") {
-    edgellm::test::TempDir dir;
-    const std::string path = dir.file("prefix.kv");
-    REQUIRE(edgellm::cache::write_prefix_file(path, blob));
-    CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
-    auto back = edgellm::cache::read_prefix_file(path);
-    REQUIRE(back);
-    CHECK(*back == blob);
-    auto missing = edgellm::cache::read_prefix_file(dir.file("nope.kv"));
-    REQUIRE_FALSE(missing);
-    CHECK(missing.error().code == errc::io_error);
-    CHECK_THAT(missing.error().message,
-               Contains("[read_prefix_file] " + dir.file("nope.kv") + ": cannot open"));
-    auto unwritable = edgellm::cache::write_prefix_file(dir.file("no/such/dir/p.kv"), blob);
-    REQUIRE_FALSE(unwritable);
-    CHECK_THAT(unwritable.error().message, Contains("no/such/dir/p.kv.tmp: cannot open for writing"));
   }
 }
 

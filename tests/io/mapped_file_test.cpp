@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for edgellm/io/mapped_file.hpp: mapping, empty files, errors, moves, releasing pages,
-// mlock, read_text_file.
+// mlock, read_text_file, read_file_bytes.
 #include "edgellm/io/mapped_file.hpp"
 
 #include <catch2/catch.hpp>
@@ -217,4 +217,30 @@ TEST_CASE("read_text_file reads whole files and reports errors", "[io]") {
   REQUIRE_FALSE(big.has_value());
   CHECK_THAT(big.error().message, Contains("larger than the 1000-byte limit"));
   CHECK_THAT(big.error().message, Contains(path));
+}
+
+TEST_CASE("read_file_bytes reads whole binary files and reports errors", "[io]") {
+  TempDir dir;
+  std::string content(200000, '\0');
+  for (std::size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 7 + 3);
+  const std::string path = dir.write("b.bin", content);
+  auto b = edgellm::io::read_file_bytes(path);
+  REQUIRE(b.has_value());
+  REQUIRE(b->size() == content.size());
+  CHECK(std::memcmp(b->data(), content.data(), content.size()) == 0);
+
+  auto empty = edgellm::io::read_file_bytes(dir.write("e.bin", ""));
+  REQUIRE(empty.has_value());
+  CHECK(empty->empty());
+
+  const std::string missing = (dir.path() / "missing.bin").string();
+  auto m = edgellm::io::read_file_bytes(missing);
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.error().code == edgellm::errc::io_error);
+  CHECK_THAT(m.error().message, Contains("[read_file_bytes] '" + missing + "'"));
+  CHECK_THAT(m.error().message, Contains("No such file or directory"));
+
+  auto big = edgellm::io::read_file_bytes(path, 1000);
+  REQUIRE_FALSE(big.has_value());
+  CHECK_THAT(big.error().message, Contains("larger than the 1000-byte limit"));
 }

@@ -3,6 +3,7 @@
 // kv head), attention computed directly on the codes; and KvType, the choice of KV storage.
 #pragma once
 
+#include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/result.hpp"
 

@@ -4,7 +4,10 @@
 // requests that start with it only run their own tokens.
 #pragma once
 
-#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/cache/prefix_blob.hpp"
+#include "edgellm/detail/bytes.hpp"
+#include "edgellm/io/atomic_file.hpp"
+#include "edgellm/io/mapped_file.hpp"
 #include "edgellm/result.hpp"
 
 #include <concepts>
@@ -54,7 +57,7 @@ status save_prompt_cache(const M& model, std::span<const std::int32_t> tokens, P
 /// unchanged; a state that holds another number of positions than c.tokens is refused.
 template <PrefixModel M>
 status restore_prompt_cache(M& model, const PromptCache& c) {
-  if (auto held = cache::detail::prefix_blob_length(c.state); held && *held != c.tokens.size()) {
+  if (auto held = cache::prefix_blob_length(c.state); held && *held != c.tokens.size()) {
     return make_error(errc::invalid_argument, "restore_prompt_cache",
                       "the state holds " + std::to_string(*held) + " positions but the cache has " +
                           std::to_string(c.tokens.size()) + " token ids");
@@ -66,16 +69,16 @@ namespace detail {
 
 inline constexpr char kPromptCacheMagic[8] = {'E', 'L', 'L', 'M', 'P', 'C', 'T', '1'};
 
-/// The KV blob's checksum (cache::detail::checksum64) over the token ids.
+/// The checksum of the formats (edgellm::detail::checksum64) over the token ids.
 inline std::uint64_t tokens_checksum(std::span<const std::int32_t> tokens) noexcept {
-  return cache::detail::checksum64(std::as_bytes(tokens));
+  return edgellm::detail::checksum64(std::as_bytes(tokens));
 }
 
 }  // namespace detail
 
 /// File layout (little-endian): magic "ELLMPCT1", u64 token count n, n x i32 token ids, u64
-/// checksum of the ids (tokens_checksum), then the state blob (which carries its own header and checksum).
-/// Written to path.tmp, then renamed. Errors name the file.
+/// checksum of the ids (tokens_checksum), then the state blob (which carries its own header and
+/// checksum). Written atomically (io::AtomicFileWriter). Errors name the file.
 inline status write_prompt_cache(const std::string& path, const PromptCache& c) {
   std::vector<std::byte> out(8 + 8 + 4 * c.tokens.size() + 8);
   std::size_t at = 0;
@@ -84,20 +87,20 @@ inline status write_prompt_cache(const std::string& path, const PromptCache& c) 
     at += n;
   };
   put(detail::kPromptCacheMagic, 8);
-  cache::detail::store_le64(out.data() + at, c.tokens.size());
+  edgellm::detail::store_le64(out.data() + at, c.tokens.size());
   at += 8;
   for (const std::int32_t id : c.tokens) {
-    cache::detail::store_le32(out.data() + at, static_cast<std::uint32_t>(id));
+    edgellm::detail::store_le32(out.data() + at, static_cast<std::uint32_t>(id));
     at += 4;
   }
-  cache::detail::store_le64(out.data() + at, detail::tokens_checksum(c.tokens));
+  edgellm::detail::store_le64(out.data() + at, detail::tokens_checksum(c.tokens));
   out.insert(out.end(), c.state.begin(), c.state.end());
-  return cache::write_prefix_file(path, out);
+  return io::write_file_atomic(path, out, "write_prompt_cache");
 }
 
 /// Reads a file written by write_prompt_cache(). The state is checked when it is restored.
 inline result<PromptCache> read_prompt_cache(const std::string& path) {
-  auto bytes = cache::read_prefix_file(path);
+  auto bytes = io::read_file_bytes(path);
   if (!bytes) return bytes.error();
   const auto bad = [&](const std::string& what) {
     return make_error(errc::format_error, "read_prompt_cache", path + ": " + what);
@@ -105,16 +108,18 @@ inline result<PromptCache> read_prompt_cache(const std::string& path) {
   const std::vector<std::byte>& b = *bytes;
   if (b.size() < 24 || std::memcmp(b.data(), detail::kPromptCacheMagic, 8) != 0)
     return bad("not an edgellm prompt cache (bad magic or too short)");
-  const std::uint64_t n = cache::detail::load_le64(b.data() + 8);
-  if (n > (b.size() - 24) / 4) return bad("token count " + std::to_string(n) + " exceeds the file size");
+  const std::uint64_t n = edgellm::detail::load_le64(b.data() + 8);
+  if (n > (b.size() - 24) / 4)
+    return bad("token count " + std::to_string(n) + " exceeds the file size");
   PromptCache c;
   c.tokens.resize(n);
   for (std::size_t i = 0; i < n; ++i)
-    c.tokens[i] = static_cast<std::int32_t>(cache::detail::load_le32(b.data() + 16 + 4 * i));
-  const std::uint64_t h = cache::detail::load_le64(b.data() + 16 + 4 * n);
-  if (h != detail::tokens_checksum(c.tokens)) return bad("token ids fail their checksum (corrupted file)");
+    c.tokens[i] = static_cast<std::int32_t>(edgellm::detail::load_le32(b.data() + 16 + 4 * i));
+  const std::uint64_t h = edgellm::detail::load_le64(b.data() + 16 + 4 * n);
+  if (h != detail::tokens_checksum(c.tokens))
+    return bad("token ids fail their checksum (corrupted file)");
   c.state.assign(b.begin() + static_cast<std::ptrdiff_t>(24 + 4 * n), b.end());
-  if (auto held = cache::detail::prefix_blob_length(c.state); held && *held != n) {
+  if (auto held = cache::prefix_blob_length(c.state); held && *held != n) {
     return bad("its state holds " + std::to_string(*held) + " positions but it has " +
                std::to_string(n) + " token ids");
   }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Read-only memory-mapped files (POSIX mmap) and whole-file text reads, reporting errors as
-// result<T>.
+// Read-only memory-mapped files (POSIX mmap), the memory advice for mappings (madvise, mlock),
+// and whole-file reads (text and binary), reporting errors as result<T>.
 #pragma once
 
 #include "edgellm/result.hpp"
@@ -16,6 +16,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
 #define EDGELLM_IO_POSIX 1
@@ -294,33 +295,35 @@ inline status MappedFile::advise(Advice advice, std::size_t offset, std::size_t 
   return {};
 }
 
-/// Reads a whole file into a string (bytes as they are; no newline or encoding conversion).
-/// Fails with errc::io_error naming the path and the errno text, or when the file is larger than
-/// `max_bytes` (default 1 GiB, far above any config or tokenizer file).
-inline result<std::string> read_text_file(const std::string& path,
-                                          std::size_t max_bytes = std::size_t{1} << 30) {
-  constexpr std::string_view where = "read_text_file";
+namespace detail {
+/// Reads the whole file `path` into a Container of 1-byte elements (std::string or
+/// std::vector<std::byte>); read_text_file and read_file_bytes state the contract.
+template <class Container>
+result<Container> read_whole_file(const std::string& path, std::size_t max_bytes,
+                                  std::string_view where) {
   struct stat st {};
-  auto opened = detail::open_read_only(path, where, st);
+  auto opened = open_read_only(path, where, st);
   if (!opened) return opened.error();
   const int fd = *opened;
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     return make_error(errc::io_error, where, "'" + path + "': is a directory, not a file");
   }
-  std::string out;
+  Container out;
   if (S_ISREG(st.st_mode) && st.st_size > 0 &&
       static_cast<std::uintmax_t>(st.st_size) <= max_bytes) {
     out.reserve(static_cast<std::size_t>(st.st_size));
   }
-  char buf[1 << 16];
+  using T = typename Container::value_type;
+  static_assert(sizeof(T) == 1);
+  T buf[1 << 16];
   for (;;) {
     const ::ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      return detail::io_error(where, path, "read failed", err);
+      return io_error(where, path, "read failed", err);
     }
     if (n == 0) break;
     if (out.size() + static_cast<std::size_t>(n) > max_bytes) {
@@ -329,11 +332,12 @@ inline result<std::string> read_text_file(const std::string& path,
           errc::io_error, where,
           "'" + path + "': file is larger than the " + std::to_string(max_bytes) + "-byte limit");
     }
-    out.append(buf, static_cast<std::size_t>(n));
+    out.insert(out.end(), buf, buf + n);
   }
   ::close(fd);
   return out;
 }
+}  // namespace detail
 
 #else  // !EDGELLM_IO_POSIX
 
@@ -352,13 +356,14 @@ inline status MappedFile::lock() {
 inline status MappedFile::unlock() { return {}; }
 inline status MappedFile::advise(Advice, std::size_t, std::size_t) { return {}; }
 
-inline result<std::string> read_text_file(const std::string& path,
-                                          std::size_t max_bytes = std::size_t{1} << 30) {
-  constexpr std::string_view where = "read_text_file";
+namespace detail {
+template <class Container>
+result<Container> read_whole_file(const std::string& path, std::size_t max_bytes,
+                                  std::string_view where) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return detail::io_error(where, path, "cannot open for reading", errno);
-  std::string out;
-  char buf[1 << 16];
+  if (f == nullptr) return io_error(where, path, "cannot open for reading", errno);
+  Container out;
+  typename Container::value_type buf[1 << 16];
   for (;;) {
     const std::size_t n = std::fread(buf, 1, sizeof buf, f);
     if (out.size() + n > max_bytes) {
@@ -367,16 +372,32 @@ inline result<std::string> read_text_file(const std::string& path,
           errc::io_error, where,
           "'" + path + "': file is larger than the " + std::to_string(max_bytes) + "-byte limit");
     }
-    out.append(buf, n);
+    out.insert(out.end(), buf, buf + n);
     if (n < sizeof buf) break;
   }
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
   std::fclose(f);
-  if (failed) return detail::io_error(where, path, "read failed", err);
+  if (failed) return io_error(where, path, "read failed", err);
   return out;
 }
+}  // namespace detail
 
 #endif  // EDGELLM_IO_POSIX
+
+/// Reads a whole file into a string (bytes as they are; no newline or encoding conversion).
+/// Fails with errc::io_error naming the path and the errno text, or when the file is larger than
+/// `max_bytes` (default 1 GiB, far above any config or tokenizer file).
+inline result<std::string> read_text_file(const std::string& path,
+                                          std::size_t max_bytes = std::size_t{1} << 30) {
+  return detail::read_whole_file<std::string>(path, max_bytes, "read_text_file");
+}
+
+/// Reads a whole binary file (a prefix or prompt cache). Errors as read_text_file's; the
+/// default limit is 1 TiB (files are read whole, so the caller's memory is the real limit).
+inline result<std::vector<std::byte>> read_file_bytes(
+    const std::string& path, std::size_t max_bytes = std::size_t{1} << 40) {
+  return detail::read_whole_file<std::vector<std::byte>>(path, max_bytes, "read_file_bytes");
+}
 
 }  // namespace edgellm::io

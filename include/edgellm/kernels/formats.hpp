@@ -5,16 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <span>
 #include <string>
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/result.hpp"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 namespace edgellm::kernels {
 
@@ -63,29 +58,6 @@ inline void prefetch_tile_ahead(const Q4Tile<G>* tile, std::size_t distance) noe
     __builtin_prefetch(reinterpret_cast<const void*>(ahead + b), 0, Locality);
 }
 
-namespace detail {
-/// Frees memory from the aligned operator new with the alignment it was allocated with.
-struct AlignedDelete {
-  std::size_t align = 64;
-  void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{align}); }
-};
-using AlignedBuffer = std::unique_ptr<std::byte, AlignedDelete>;
-
-/// Uninitialised bytes for weights streamed every token: 64-byte aligned, and for 4 MiB or more
-/// 2 MiB aligned and backed by 2 MiB pages where the kernel allows (transparent huge pages in
-/// madvise mode), which removes most TLB misses. Null on allocation failure.
-inline AlignedBuffer allocate_streamed(std::size_t bytes) noexcept {
-  const std::size_t align = bytes >= (std::size_t{4} << 20) ? (std::size_t{2} << 20) : 64;
-  auto* p = static_cast<std::byte*>(
-      ::operator new(bytes ? bytes : 1, std::align_val_t{align}, std::nothrow));
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (p != nullptr && align > 64)
-    (void)::madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
-#endif
-  return AlignedBuffer(p, AlignedDelete{align});
-}
-}  // namespace detail
-
 /// Bytes of one packed tile for a run-time group size.
 inline constexpr std::size_t q4_tile_bytes(std::size_t group_size) noexcept {
   return 64 + group_size * 8;
@@ -95,8 +67,10 @@ inline constexpr std::size_t q4_tile_bytes(std::size_t group_size) noexcept {
 /// tile layout. Tiles are stored row-tile major: tile (t, g) covers rows 16t..16t+15 and input
 /// channels g*G..g*G+G-1, at byte offset (t * n_groups + g) * tile_bytes, so one row tile's
 /// groups are contiguous and a GEMV streams the matrix front to back.
-/// The storage is either owned (64-byte aligned) or a read-only view of memory the caller keeps
-/// alive (e.g. an mmapped cache file). Read-only after packing, so it may be shared by threads.
+/// The storage is either owned (edgellm::detail::allocate_aligned, MemoryUse::streamed: 64-byte
+/// aligned, on 2 MiB pages for large matrices where the kernel allows) or a read-only view of
+/// memory the caller keeps alive (e.g. an mmapped cache file). Read-only after packing, so it may
+/// be shared by threads.
 class Q4Matrix {
  public:
   Q4Matrix() = default;
@@ -111,7 +85,7 @@ class Q4Matrix {
     m.k_ = k;
     m.group_size_ = group_size;
     const std::size_t bytes = m.byte_size();
-    auto buf = detail::allocate_streamed(bytes);
+    auto buf = edgellm::detail::allocate_aligned(bytes, edgellm::detail::MemoryUse::streamed);
     if (!buf) {
       return make_error(errc::capacity_exceeded, "Q4Matrix::allocate",
                         "cannot allocate " + std::to_string(bytes) + " bytes");
@@ -211,7 +185,7 @@ class Q4Matrix {
     return data_ + (t * n_groups() + g) * tile_bytes();
   }
 
-  detail::AlignedBuffer owned_;
+  edgellm::detail::AlignedBuffer owned_;
   const std::byte* data_ = nullptr;
   std::size_t n_ = 0, k_ = 0, group_size_ = 0;
 };

@@ -11,6 +11,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/detail/cpu_features.hpp"
 #include "edgellm/kernels/arch/neon_q4_fast.hpp"
 #include "edgellm/kernels/arch/x86_q4_fast.hpp"
@@ -75,25 +76,19 @@ class Workspace {
   Workspace() = default;
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
-  ~Workspace() { release(); }
   /// A 64-byte aligned buffer of at least `bytes`, or null if allocation failed.
   std::byte* get(std::size_t bytes) noexcept {
     if (bytes > capacity_) {
-      release();
-      data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}, std::nothrow));
+      data_.reset();  // free first: the old contents are not kept
+      data_ = edgellm::detail::allocate_aligned(bytes);
       capacity_ = data_ ? bytes : 0;
     }
-    return data_;
+    return data_.get();
   }
   std::size_t capacity() const noexcept { return capacity_; }
 
  private:
-  void release() noexcept {
-    if (data_) ::operator delete(data_, std::align_val_t{64});
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  std::byte* data_ = nullptr;
+  edgellm::detail::AlignedBuffer data_;
   std::size_t capacity_ = 0;
 };
 

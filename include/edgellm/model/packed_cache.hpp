@@ -5,26 +5,25 @@
 // cores, versus mapping and checking 3.5 GB of tiles).
 #pragma once
 
+#include "edgellm/detail/bytes.hpp"
+#include "edgellm/io/atomic_file.hpp"
+#include "edgellm/io/mapped_file.hpp"
+#include "edgellm/io/checkpoint.hpp"
+#include "edgellm/kernels/formats.hpp"
+#include "edgellm/result.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <sys/stat.h>
 #include <utility>
 #include <vector>
-
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "edgellm/io/mapped_file.hpp"
-#include "edgellm/io/checkpoint.hpp"
-#include "edgellm/kernels/formats.hpp"
-#include "edgellm/result.hpp"
 
 namespace edgellm::model {
 
@@ -45,71 +44,25 @@ namespace detail {
 ///    48  u64       checksum of bytes [0, 48) and of the entry table
 ///    56  E x 128   entries: name (char[80], NUL-padded), n, k, group, offset, bytes, checksum
 ///   ...            tiles of each entry at its offset (a multiple of 4096), bytes long
-/// An entry's checksum covers its tiles; every one is checked when the entry is used.
+/// Checksums are edgellm::detail::lane_checksum64 (fast enough for gigabytes of tiles). An
+/// entry's checksum covers its tiles; every one is checked when the entry is used.
 inline constexpr char kPackedMagic[16] = "EDGELLM Q4 PACK";
 inline constexpr std::uint64_t kPackedVersion = 1;
 inline constexpr std::size_t kPackedHeaderBytes = 56, kPackedEntryBytes = 128,
                              kPackedNameBytes = 80, kPackedAlign = 4096;
 
-/// packed_checksum's running state, for data fed in pieces (PackedChecksum::update).
-class PackedChecksum {
- public:
-  /// Feeds the next bytes; every piece but the last must be a multiple of 32 bytes long.
-  void update(const std::byte* p, std::size_t n) noexcept {
-    const std::size_t blocks = n / 32;
-    for (std::size_t i = 0; i < blocks; ++i) {
-      for (std::size_t j = 0; j < 4; ++j) {
-        std::uint64_t w;
-        std::memcpy(&w, p + 32 * i + 8 * j, 8);
-        a_[j] += w;
-        b_[j] += a_[j];
-      }
-    }
-    tail_ = p + 32 * blocks;
-    tail_bytes_ = n - 32 * blocks;
-    size_ += n;
-  }
-  /// The checksum of everything fed (the last piece must still be readable).
-  std::uint64_t finish() const noexcept {
-    std::uint64_t h = 0x9E3779B97F4A7C15ull;
-    const std::size_t words = tail_bytes_ / 8;
-    for (std::size_t i = 0; i < words; ++i) {
-      std::uint64_t w;
-      std::memcpy(&w, tail_ + 8 * i, 8);
-      h = (h ^ w) * 0x100000001B3ull;
-    }
-    for (std::size_t t = 8 * words; t < tail_bytes_; ++t)
-      h = (h ^ static_cast<std::uint8_t>(tail_[t])) * 0x100000001B3ull;
-    for (std::size_t j = 0; j < 4; ++j) h = (h ^ a_[j]) * 0x100000001B3ull ^ (b_[j] + j);
-    return h ^ size_;
-  }
-
- private:
-  std::uint64_t a_[4] = {1, 2, 3, 4}, b_[4] = {0, 0, 0, 0};
-  const std::byte* tail_ = nullptr;  // the last piece's bytes past its 32-byte blocks
-  std::size_t tail_bytes_ = 0, size_ = 0;
-};
-
-/// A fast checksum of 8-byte words (four interleaved Fletcher-style lanes, which compilers
-/// vectorise): sensitive to any changed, swapped or truncated word. Not cryptographic.
-inline std::uint64_t packed_checksum(std::span<const std::byte> data) noexcept {
-  PackedChecksum c;
-  c.update(data.data(), data.size());
-  return c.finish();
-}
-
+/// Feeds one field of the source key: its bytes, then a separator byte 0xFF.
 inline void fnv_mix(std::uint64_t& h, std::string_view s) noexcept {
-  for (char c : s) h = (h ^ static_cast<std::uint8_t>(c)) * 0x100000001B3ull;
-  h = (h ^ 0xFF) * 0x100000001B3ull;  // separator
+  h = edgellm::detail::fnv1a64(h, s);
+  h = edgellm::detail::fnv1a64(h, std::string_view("\xFF", 1));
 }
 
 /// Identity of what a packed cache was built from: the tile format, every checkpoint file's
 /// name, size and modification time, config.json's bytes, and `options` (the load options that
 /// change the packed matrices, e.g. "lm_head=q4"). Any change makes an existing cache stale.
-inline result<std::uint64_t> packed_source_key(const std::string& dir,
-                                               const io::Checkpoint& ckpt,
+inline result<std::uint64_t> packed_source_key(const std::string& dir, const io::Checkpoint& ckpt,
                                                std::string_view options) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t h = edgellm::detail::kFnvOffset;
   fnv_mix(h, "edgellm q4 pack v1");
   fnv_mix(h, std::to_string(sizeof(kernels::Q4Tile<128>)));
   fnv_mix(h, options);
@@ -174,7 +127,7 @@ class PackedCacheReader {
     const std::size_t table = kPackedHeaderBytes + count * kPackedEntryBytes;
     std::vector<std::byte> head(p, p + table);
     std::memset(head.data() + 48, 0, 8);
-    if (packed_checksum(head) != u64(48))
+    if (edgellm::detail::lane_checksum64(head) != u64(48))
       return make_error(errc::format_error, where, "header checksum mismatch");
     for (std::uint64_t i = 0; i < count; ++i) {
       const std::byte* e = p + kPackedHeaderBytes + i * kPackedEntryBytes;
@@ -214,7 +167,7 @@ class PackedCacheReader {
         // Copy and checksum in 1 MiB pieces, the checksum reading each piece while it is cached,
         // and drop each mapped piece once copied, so resident memory grows by the copy only
         // (Qwen2-7B copied: peak RSS 9.4 GB with the mapped pages kept, 5.9 GB without).
-        PackedChecksum c;
+        edgellm::detail::LaneChecksum64 c;
         constexpr std::size_t kPiece = std::size_t{1} << 20;
         std::byte* dst = m->mutable_data();
         for (std::size_t o = 0; o < e.bytes; o += kPiece) {
@@ -226,7 +179,7 @@ class PackedCacheReader {
         if (c.finish() != e.checksum) return std::nullopt;
         return std::move(*m);
       }
-      if (packed_checksum(tiles) != e.checksum) return std::nullopt;
+      if (edgellm::detail::lane_checksum64(tiles) != e.checksum) return std::nullopt;
       auto m = kernels::Q4Matrix::view(tiles.data(), tiles.size(), n, k, group);
       if (!m || m->byte_size() != e.bytes) return std::nullopt;
       return std::move(*m);
@@ -244,16 +197,18 @@ class PackedCacheReader {
   std::vector<PackedEntry> entries_;
 };
 
-/// Writes `matrices` (name, matrix) as a packed cache at `path`: to a temporary file first, then
-/// renamed over `path`, so readers never see a half-written cache.
-inline status write_packed_cache(const std::string& path, std::uint64_t key,
-                                 std::span<const std::pair<std::string, const kernels::Q4Matrix*>>
-                                     matrices) {
+/// Writes `matrices` (name, matrix) as a packed cache at `path` atomically (io::AtomicFileWriter),
+/// so readers never see a half-written cache.
+inline status write_packed_cache(
+    const std::string& path, std::uint64_t key,
+    std::span<const std::pair<std::string, const kernels::Q4Matrix*>> matrices) {
   const std::string where = "packed cache " + path;
   if constexpr (std::endian::native != std::endian::little) {
     return make_error(errc::unsupported, where, "big-endian host");
   }
-  const auto up = [](std::uint64_t b) { return (b + kPackedAlign - 1) / kPackedAlign * kPackedAlign; };
+  const auto up = [](std::uint64_t b) {
+    return (b + kPackedAlign - 1) / kPackedAlign * kPackedAlign;
+  };
   const std::size_t count = matrices.size();
   std::vector<std::byte> head(kPackedHeaderBytes + count * kPackedEntryBytes);
   const auto put = [&](std::size_t off, std::uint64_t v) { std::memcpy(head.data() + off, &v, 8); };
@@ -270,7 +225,7 @@ inline status write_packed_cache(const std::string& path, std::uint64_t key,
     put(o + 16, m->group_size());
     put(o + 24, offset);
     put(o + 32, m->byte_size());
-    put(o + 40, packed_checksum({m->data(), m->byte_size()}));
+    put(o + 40, edgellm::detail::lane_checksum64({m->data(), m->byte_size()}));
     offset = up(offset + m->byte_size());
   }
   std::memcpy(head.data(), kPackedMagic, 16);
@@ -278,29 +233,22 @@ inline status write_packed_cache(const std::string& path, std::uint64_t key,
   put(24, key);
   put(32, count);
   put(40, offset);
-  put(48, packed_checksum(head));  // computed with this field still zero
+  put(48, edgellm::detail::lane_checksum64(head));  // computed with this field still zero
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return make_error(errc::io_error, where, "cannot create " + tmp);
-  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
+  auto out = io::AtomicFileWriter::create(path, "write_packed_cache");
+  if (!out) return out.error();
+  static constexpr std::byte zeros[kPackedAlign] = {};
+  if (auto st = out->write(head); !st) return st;
   std::uint64_t at = head.size();
-  static const std::byte zeros[kPackedAlign] = {};
-  for (std::size_t i = 0; ok && i < count; ++i) {
+  for (std::size_t i = 0; i < count; ++i) {
     const kernels::Q4Matrix& m = *matrices[i].second;
     const std::uint64_t pad = up(at) - at;
-    ok = std::fwrite(zeros, 1, pad, f) == pad &&
-         std::fwrite(m.data(), 1, m.byte_size(), f) == m.byte_size();
+    if (auto st = out->write({zeros, pad}); !st) return st;
+    if (auto st = out->write({m.data(), m.byte_size()}); !st) return st;
     at += pad + m.byte_size();
   }
-  const std::uint64_t pad = offset - at;
-  ok = ok && std::fwrite(zeros, 1, pad, f) == pad;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return make_error(errc::io_error, where, "cannot write (disk full or read-only directory?)");
-  }
-  return {};
+  if (auto st = out->write({zeros, offset - at}); !st) return st;
+  return out->commit();
 }
 
 }  // namespace detail

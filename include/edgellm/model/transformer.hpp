@@ -4,7 +4,9 @@
 #pragma once
 
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/cache/prefix_blob.hpp"
 #include "edgellm/config.hpp"
+#include "edgellm/detail/bytes.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/kernels/matmul.hpp"
@@ -214,7 +216,7 @@ class Transformer {
   }
 
   /// Prefix cache: writes the KV state of the first n tokens (n <= position()) into `out` as a
-  /// blob tagged with model_fingerprint() (format: cache::detail::kPrefixMagic's comment).
+  /// blob tagged with model_fingerprint() (format: cache/prefix_blob.hpp).
   status save_prefix(std::size_t n, std::vector<std::byte>& out) const
     requires cache::PrefixKVCache<Cache>
   {
@@ -351,7 +353,7 @@ class Transformer {
         }
       }
     }
-    return cache::detail::checksum64(b);
+    return edgellm::detail::checksum64(b);
   }
 
   kernels::MatmulOptions matmul_options() const noexcept {

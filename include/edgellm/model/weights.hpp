@@ -5,6 +5,7 @@
 // biases, and embeddings / lm_head read in place from the memory-mapped files.
 #pragma once
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/awq.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
@@ -94,17 +95,6 @@ inline const char* to_string(DenseType t) noexcept {
   return "?";
 }
 
-namespace detail {
-
-using AlignedBytes = kernels::detail::AlignedBuffer;
-
-inline AlignedBytes allocate_aligned(std::size_t bytes) noexcept {
-  return AlignedBytes(static_cast<std::byte*>(
-      ::operator new (bytes ? bytes : 1, std::align_val_t{64}, std::nothrow)));
-}
-
-}  // namespace detail
-
 /// A dense row-major matrix W[n][k] of fp32, fp16 or bf16 elements: either a view of a tensor in
 /// a mapped checkpoint file (its owner must outlive the view; TransformerWeights keeps the
 /// checkpoint open) or owned, 64-byte aligned memory. Read-only after construction, so it may be
@@ -138,7 +128,7 @@ class DenseMatrix {
     if (t.is_aligned()) {
       m.data_ = t.bytes.data();
     } else {
-      m.owned_ = detail::allocate_aligned(t.bytes.size());
+      m.owned_ = edgellm::detail::allocate_aligned(t.bytes.size());
       if (!m.owned_) {
         return make_error(errc::capacity_exceeded, "DenseMatrix::view",
                           t.name() + ": cannot allocate " + std::to_string(t.bytes.size()) +
@@ -158,7 +148,7 @@ class DenseMatrix {
     if (!m) return m.error();
     if (m->owned_) return m;  // view() already copied it
     const std::size_t bytes = t.bytes.size();
-    auto buf = kernels::detail::allocate_streamed(bytes);
+    auto buf = edgellm::detail::allocate_aligned(bytes, edgellm::detail::MemoryUse::streamed);
     if (!buf) {
       return make_error(errc::capacity_exceeded, "DenseMatrix::copy_of",
                         t.name() + ": cannot allocate " + std::to_string(bytes) + " bytes");
@@ -181,7 +171,7 @@ class DenseMatrix {
     m.type_ = DenseType::f32;
     m.n_ = n;
     m.k_ = k;
-    m.owned_ = detail::allocate_aligned(n * k * sizeof(float));
+    m.owned_ = edgellm::detail::allocate_aligned(n * k * sizeof(float));
     if (!m.owned_) {
       return make_error(errc::capacity_exceeded, "DenseMatrix::from_f32",
                         "cannot allocate " + std::to_string(n * k * sizeof(float)) + " bytes");
@@ -241,7 +231,7 @@ class DenseMatrix {
   DenseType type_ = DenseType::f32;
   std::size_t n_ = 0, k_ = 0;
   const std::byte* data_ = nullptr;
-  detail::AlignedBytes owned_;
+  edgellm::detail::AlignedBuffer owned_;
 };
 
 /// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of

@@ -1,0 +1,431 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dense KV caches: keys and values of every layer in one preallocated block, over a storage
+// format (fp32 and fp16 here; int8 in quantized_kv_cache.hpp), with attention and prefix blobs.
+#pragma once
+
+#include "edgellm/cache/attention.hpp"
+#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/cache/prefix_blob.hpp"
+#include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/detail/bytes.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace edgellm::cache {
+
+namespace detail {
+
+// ---------------------------------------------------------------------------------------------
+// Storage formats: the element type, whether rows carry a scale, the name used in errors and
+// prefix blobs, and the conversion of one fp32 row on append.
+
+/// fp32 storage: values are kept exactly.
+struct StoreF32 {
+  using element = float;
+  static constexpr bool scaled = false;
+  static constexpr std::string_view name = "KVCacheF32";
+  static void store(const float* in, element* out, std::size_t n) noexcept {
+    std::copy(in, in + n, out);
+  }
+};
+
+/// fp16 storage: each value rounded to the nearest fp16 (ties to even) on append, read back
+/// exactly; values beyond ±65504 become ±inf (keys and values of real models are far smaller).
+struct StoreF16 {
+  using element = std::uint16_t;
+  static constexpr bool scaled = false;
+  static constexpr std::string_view name = "KVCacheF16";
+  static void store(const float* in, element* out, std::size_t n) noexcept {
+    for (std::size_t i = 0; i < n; ++i) out[i] = kernels::f32_to_f16(in[i]);
+  }
+};
+
+}  // namespace detail
+
+/// A dense KV cache: keys and values of every layer in one preallocated block (as opposed to
+/// paged), stored in a format `Store`: fp32 (KVCacheF32), fp16 (KVCacheF16) or int8 with an fp32
+/// scale per (position, kv head) (KVCacheQ8, cache/quantized_kv_cache.hpp). Layout per layer and
+/// kv head (detail::LayerView): keys in tiles of 16 positions stored transposed
+/// [slots / 16][head_dim][16], values row-major [slots][head_dim], scales [slots]; slots =
+/// capacity rounded up to 16. Every format runs the same attention kernel
+/// (detail::attend_layer, xsimd), so formats differ only in the bytes they read.
+///
+/// Numerics of attend(), per query at position p and head h (kv head h / (heads / kv_heads)),
+/// all in fp32 (detail::chunk_partial and detail::merge_partials list every operation):
+///   s_j = dot(q * scale, k_j) [* ks_j]      j = 0 .. p, scale = attention_scale(head_dim),
+///                                           ks_j: the key scale of int8 storage
+///   positions in chunks b of 256: m_b = max s_j, e_j = exp(s_j - m_b), l_b = sum_j e_j,
+///                                 o_b = sum_j e_j [* vs_j] v_j
+///   out = sum_b exp(m_b - M) o_b / sum_b exp(m_b - M) l_b,  M = max_b m_b,  chunks in order.
+/// Every sum has a fixed order, so results are bit-identical for every thread count and for the
+/// same query whichever batch it arrives in. Error against exact attention over the stored
+/// (dequantised) keys and values, derived to first order: with u = 2^-24, L = min(p + 1, 256),
+/// nb = p / 256 + 1, E = max_j (head_dim + 2) u scale sum_c |q_c k_jc| and S = max_j s_j -
+/// min_j s_j (exact scores),
+///   |out_c - exact_c| <= (2E + (2S + 2L + 2nb + 18) u) max_j |v_jc|
+/// (2E: score errors reweight the softmax; 2uS + 16u: exp, relative error <= 4u (tested), of an
+/// fp32-rounded argument, in chunk and merge; 2(L + nb)u + 2u: the sums, the value scale, the
+/// division). The tests check it against reference::attention.
+///
+/// Memory: bytes() (allocated by create(); pages are committed as positions are appended), plus
+/// attention scratch grown on first use: per pool thread (8 head_dim + 2048 + (p / 256 + 1) *
+/// group * (head_dim + 2)) floats, and for decode the partial results of every chunk.
+/// Thread safety: one thread at a time; attend() splits work over `pool`.
+template <class Store>
+class DenseKVCache {
+ public:
+  using element = typename Store::element;
+  /// Whether rows carry an fp32 scale (int8 storage).
+  static constexpr bool scaled = Store::scaled;
+  /// The name used in errors and prefix blobs ("KVCacheF32", "KVCacheF16", "KVCacheQ8").
+  static constexpr std::string_view type_name = Store::name;
+
+  /// A cache for `layers` layers of `kv_heads` heads of `head_dim` values, holding up to
+  /// `capacity` positions. All four must be positive; errors name the argument.
+  static result<DenseKVCache> create(std::size_t layers, std::size_t kv_heads, std::size_t head_dim,
+                                     std::size_t capacity) {
+    const auto positive = [&](std::size_t v, const char* what) -> status {
+      if (v == 0)
+        return fail("create", errc::invalid_argument, std::string(what) + ": must be positive");
+      return {};
+    };
+    if (auto st = positive(layers, "layers"); !st) return st.error();
+    if (auto st = positive(kv_heads, "kv_heads"); !st) return st.error();
+    if (auto st = positive(head_dim, "head_dim"); !st) return st.error();
+    if (auto st = positive(capacity, "capacity"); !st) return st.error();
+    // Refuse sizes whose element count overflows or is absurd (> 2^40 elements per K or V).
+    const std::size_t limit = std::size_t{1} << 40;
+    std::size_t count = layers;
+    for (std::size_t f : {kv_heads, head_dim, capacity}) {
+      if (count > limit / f) {
+        return fail("create", errc::capacity_exceeded,
+                    "layers * kv_heads * head_dim * capacity = " + std::to_string(layers) + " * " +
+                        std::to_string(kv_heads) + " * " + std::to_string(head_dim) + " * " +
+                        std::to_string(capacity) + " is too large");
+      }
+      count *= f;
+    }
+    DenseKVCache c;
+    c.layers_ = layers;
+    c.kv_heads_ = kv_heads;
+    c.head_dim_ = head_dim;
+    c.capacity_ = capacity;
+    c.slots_ = detail::round_up(capacity, detail::kTile);
+    c.count_ = layers * kv_heads * c.slots_ * head_dim;
+    // Not zero-filled: pages are committed as positions are appended (a tile is zeroed when its
+    // first position is written; only written tiles are read).
+    c.k_ = edgellm::detail::allocate_aligned<element>(c.count_);
+    c.v_ = edgellm::detail::allocate_aligned<element>(c.count_);
+    bool ok = c.k_ && c.v_;
+    if constexpr (scaled) {
+      c.k_scale_ = edgellm::detail::allocate_aligned<float>(layers * kv_heads * c.slots_);
+      c.v_scale_ = edgellm::detail::allocate_aligned<float>(layers * kv_heads * c.slots_);
+      ok = ok && c.k_scale_ && c.v_scale_;
+    }
+    if (!ok) {
+      return fail("create", errc::capacity_exceeded,
+                  "cannot allocate " + std::to_string(c.bytes()) + " bytes");
+    }
+    c.layer_length_.assign(layers, 0);
+    c.row_.resize(head_dim);
+    return c;
+  }
+
+  std::size_t layers() const noexcept { return layers_; }
+  std::size_t kv_heads() const noexcept { return kv_heads_; }
+  std::size_t head_dim() const noexcept { return head_dim_; }
+  /// Most positions a layer can hold.
+  std::size_t capacity() const noexcept { return capacity_; }
+  /// Positions held by every layer (layers are appended one after another during a forward, so
+  /// in between, later layers may hold fewer).
+  std::size_t length() const noexcept {
+    std::size_t n = capacity_;
+    for (std::size_t l : layer_length_) n = std::min(n, l);
+    return layers_ ? n : 0;
+  }
+  /// Positions held by one layer.
+  std::size_t layer_length(std::size_t layer) const noexcept {
+    return layer < layers_ ? layer_length_[layer] : 0;
+  }
+  /// Bytes of key and value storage, scales included, allocated by create(): 2 * layers *
+  /// kv_heads * slots * (head_dim * sizeof(element) [+ 4]), slots = capacity rounded up to 16.
+  std::size_t bytes() const noexcept {
+    const std::size_t scales = scaled ? 2 * layers_ * kv_heads_ * slots_ * sizeof(float) : 0;
+    return 2 * count_ * sizeof(element) + scales;
+  }
+
+  /// Keeps positions [0, n) of every layer (a no-op for layers holding fewer), in O(layers).
+  /// Fails if n is greater than length(), i.e. the cache cannot "grow" by truncation.
+  status truncate(std::size_t n) {
+    if (n > length()) {
+      return fail("truncate", errc::out_of_range,
+                  "n: " + std::to_string(n) + " is greater than the cached length " +
+                      std::to_string(length()));
+    }
+    for (std::size_t& l : layer_length_) l = std::min(l, n);
+    return {};
+  }
+
+  /// Stores keys and values of positions [first_pos, first_pos + n) of `layer`.
+  ///   k, v: [n][kv_heads][head_dim] fp32 (after RoPE), n * kv_heads * head_dim floats each.
+  /// first_pos must equal layer_length(layer) (positions are appended in order; truncate first
+  /// to overwrite) and first_pos + n must not exceed capacity(). Nothing is written on error.
+  status append(std::size_t layer, std::size_t first_pos, std::size_t n, std::span<const float> k,
+                std::span<const float> v) {
+    if (layer >= layers_) {
+      return fail("append", errc::out_of_range,
+                  "layer " + std::to_string(layer) + " >= layers " + std::to_string(layers_));
+    }
+    if (n == 0) return fail("append", errc::invalid_argument, "n: must be positive");
+    if (first_pos >= capacity_ || n > capacity_ - first_pos) {
+      const std::size_t bad = first_pos >= capacity_ ? first_pos : capacity_;
+      return fail("append", errc::capacity_exceeded,
+                  "position " + std::to_string(bad) + " >= capacity " + std::to_string(capacity_));
+    }
+    if (first_pos != layer_length_[layer]) {
+      return fail("append", errc::invalid_argument,
+                  "layer " + std::to_string(layer) + ": position " + std::to_string(first_pos) +
+                      " but the layer holds " + std::to_string(layer_length_[layer]) +
+                      " positions (append in order; truncate first to overwrite)");
+    }
+    const std::size_t row = kv_heads_ * head_dim_;
+    if (k.size() != n * row || v.size() != n * row) {
+      return fail("append", errc::shape_mismatch,
+                  "k/v: sizes " + std::to_string(k.size()) + "/" + std::to_string(v.size()) +
+                      ", expected n * kv_heads * head_dim = " + std::to_string(n * row));
+    }
+    for (std::size_t t = 0; t < n; ++t) {
+      for (std::size_t h = 0; h < kv_heads_; ++h) {
+        const float* kin = k.data() + t * row + h * head_dim_;
+        const float* vin = v.data() + t * row + h * head_dim_;
+        const std::size_t head = layer * kv_heads_ + h, pos = first_pos + t;
+        start_tile(head, pos);
+        element* vrow = v_.get() + (head * slots_ + pos) * head_dim_;
+        if constexpr (scaled) {
+          k_scale_[head * slots_ + pos] = Store::store(kin, row_.data(), head_dim_);
+          v_scale_[head * slots_ + pos] = Store::store(vin, vrow, head_dim_);
+        } else {
+          Store::store(kin, row_.data(), head_dim_);
+          Store::store(vin, vrow, head_dim_);
+        }
+        put_key_row(head, pos, row_.data());
+      }
+    }
+    layer_length_[layer] = first_pos + n;
+    return {};
+  }
+
+  /// Causal GQA attention of n_q queries of `layer` at positions first_pos .. first_pos + n_q - 1
+  /// (see the class comment for the math).
+  ///   q:   [n_q][heads][head_dim] fp32 (after RoPE)
+  ///   out: [n_q][heads][head_dim] fp32, must not overlap q
+  /// heads must be a positive multiple of kv_heads(); the keys of every attended position must
+  /// have been appended (first_pos + n_q <= layer_length(layer)). Work is split over `pool`
+  /// (null: the calling thread); the result is the same for any pool. Arch: the xsimd
+  /// instruction set of the kernels (the build's best by default; tests run the others).
+  template <class Arch = xsimd::default_arch>
+  status attend(std::size_t layer, std::span<const float> q, std::size_t n_q, std::size_t first_pos,
+                std::size_t heads, std::span<float> out, ThreadPool* pool) {
+    if (layer >= layers_) {
+      return fail("attend", errc::out_of_range,
+                  "layer " + std::to_string(layer) + " >= layers " + std::to_string(layers_));
+    }
+    if (n_q == 0) return fail("attend", errc::invalid_argument, "n_q: must be positive");
+    if (heads == 0 || heads % kv_heads_ != 0) {
+      return fail("attend", errc::invalid_argument,
+                  "heads: " + std::to_string(heads) + " is not a positive multiple of kv_heads " +
+                      std::to_string(kv_heads_));
+    }
+    if (first_pos > layer_length_[layer] || n_q > layer_length_[layer] - first_pos) {
+      return fail("attend", errc::out_of_range,
+                  "layer " + std::to_string(layer) + ": queries at positions " +
+                      std::to_string(first_pos) + ".." + std::to_string(first_pos + n_q - 1) +
+                      " but only " + std::to_string(layer_length_[layer]) +
+                      " positions are cached");
+    }
+    const std::size_t size = n_q * heads * head_dim_;
+    if (q.size() != size || out.size() != size) {
+      return fail("attend", errc::shape_mismatch,
+                  "q/out: sizes " + std::to_string(q.size()) + "/" + std::to_string(out.size()) +
+                      ", expected n_q * heads * head_dim = " + std::to_string(size));
+    }
+    detail::attend_layer<Arch, element, scaled>(layer_view(layer), q.data(), n_q, first_pos, heads,
+                                                out.data(), pool, scratch_);
+    return {};
+  }
+
+  /// Writes positions [0, n) of every layer as a prefix blob (format: cache/prefix_blob.hpp)
+  /// tagged with `model_fingerprint` into `out` (resized). Errors: n > length().
+  status export_prefix(std::size_t n, std::uint64_t model_fingerprint,
+                       std::vector<std::byte>& out) const {
+    if (n > length()) {
+      return fail("export_prefix", errc::out_of_range,
+                  "n: " + std::to_string(n) + " is greater than the cached length " +
+                      std::to_string(length()));
+    }
+    const std::size_t payload = payload_bytes(n);
+    out.assign(prefix_blob_bytes(payload), std::byte{0});
+    store_prefix_header(out.data(),
+                        {type_name, layers_, kv_heads_, head_dim_, n, model_fingerprint, payload});
+    std::byte* p = out.data() + kPrefixHeaderBytes;
+    std::vector<element> row(head_dim_);
+    for (std::size_t head = 0; head < layers_ * kv_heads_; ++head) {
+      for (std::size_t j = 0; j < n; ++j) {
+        get_key_row(head, j, row.data());
+        p = edgellm::detail::store_le_array(p, row.data(), head_dim_);
+      }
+      if constexpr (scaled)
+        p = edgellm::detail::store_le_array(p, k_scale_.get() + head * slots_, n);
+      p = edgellm::detail::store_le_array(p, v_.get() + head * slots_ * head_dim_, n * head_dim_);
+      if constexpr (scaled)
+        p = edgellm::detail::store_le_array(p, v_scale_.get() + head * slots_, n);
+    }
+    seal_prefix_blob(out);
+    return {};
+  }
+
+  /// Replaces the content of every layer by the prefix in `blob` (from export_prefix of a cache
+  /// of the same type and shape, tagged with the same `model_fingerprint`); length() becomes the
+  /// prefix length. Checked first, in order, each a clear error that leaves the cache unchanged:
+  /// the blob's framing (parse_prefix_blob: size, magic, version, checksum), KV type, model
+  /// fingerprint, shape (invalid_argument), length > capacity (capacity_exceeded).
+  status import_prefix(std::span<const std::byte> blob, std::uint64_t model_fingerprint) {
+    std::string where(Store::name);
+    where += "::import_prefix";
+    auto parsed = parse_prefix_blob(blob, where);
+    if (!parsed) return parsed.error();
+    const PrefixBlobHeader& h = *parsed;
+    if (h.type != type_name) {
+      return fail("import_prefix", errc::invalid_argument,
+                  "the prefix holds KV type " + std::string(h.type) + ", this cache is " +
+                      std::string(type_name));
+    }
+    if (h.fingerprint != model_fingerprint) {
+      return fail("import_prefix", errc::invalid_argument,
+                  "the prefix was saved by another model: fingerprint " +
+                      edgellm::detail::hex64(h.fingerprint) + ", this model's is " +
+                      edgellm::detail::hex64(model_fingerprint));
+    }
+    if (h.layers != layers_ || h.kv_heads != kv_heads_ || h.head_dim != head_dim_) {
+      return fail("import_prefix", errc::invalid_argument,
+                  "the prefix has layers x kv_heads x head_dim = " + std::to_string(h.layers) +
+                      " x " + std::to_string(h.kv_heads) + " x " + std::to_string(h.head_dim) +
+                      ", this cache " + std::to_string(layers_) + " x " +
+                      std::to_string(kv_heads_) + " x " + std::to_string(head_dim_));
+    }
+    const std::uint64_t n = h.length;
+    if (n > capacity_) {
+      return fail("import_prefix", errc::capacity_exceeded,
+                  "the prefix holds " + std::to_string(n) + " positions, more than the capacity " +
+                      std::to_string(capacity_));
+    }
+    if (h.payload_bytes != payload_bytes(n)) {
+      return fail("import_prefix", errc::format_error,
+                  "payload of " + std::to_string(h.payload_bytes) + " bytes, expected " +
+                      std::to_string(payload_bytes(n)) + " for " + std::to_string(n) +
+                      " positions");
+    }
+    const std::byte* p = blob.data() + kPrefixHeaderBytes;
+    for (std::size_t head = 0; head < layers_ * kv_heads_; ++head) {
+      for (std::size_t j = 0; j < n; ++j) {
+        start_tile(head, j);
+        p = edgellm::detail::load_le_array(p, row_.data(), head_dim_);
+        put_key_row(head, j, row_.data());
+      }
+      if constexpr (scaled)
+        p = edgellm::detail::load_le_array(p, k_scale_.get() + head * slots_, n);
+      p = edgellm::detail::load_le_array(p, v_.get() + head * slots_ * head_dim_, n * head_dim_);
+      if constexpr (scaled)
+        p = edgellm::detail::load_le_array(p, v_scale_.get() + head * slots_, n);
+    }
+    std::fill(layer_length_.begin(), layer_length_.end(), static_cast<std::size_t>(n));
+    return {};
+  }
+
+  /// The storage of one layer as the kernels read it (tests, the scalar twin
+  /// reference::attention_stored). Valid until the cache is modified or destroyed.
+  detail::LayerView<element> layer_view(std::size_t layer) const noexcept {
+    detail::LayerView<element> v;
+    const std::size_t head = layer * kv_heads_;
+    v.k = k_.get() + head * slots_ * head_dim_;
+    v.v = v_.get() + head * slots_ * head_dim_;
+    if constexpr (scaled) {
+      v.k_scale = k_scale_.get() + head * slots_;
+      v.v_scale = v_scale_.get() + head * slots_;
+    }
+    v.kv_heads = kv_heads_;
+    v.head_dim = head_dim_;
+    v.slots = slots_;
+    return v;
+  }
+
+ private:
+  DenseKVCache() = default;
+
+  // "[KVCacheF32::append] ...": the message is built only when there is an error.
+  static error fail(std::string_view method, errc code, const std::string& what) {
+    std::string where(Store::name);
+    where += "::";
+    where += method;
+    return make_error(code, where, what);
+  }
+
+  std::size_t payload_bytes(std::size_t n) const noexcept {
+    return layers_ * kv_heads_ * n * (2 * head_dim_ * sizeof(element) + (scaled ? 8 : 0));
+  }
+
+  // Zeroes the key tile (and the scales) of position pos of head (layer * kv_heads + kv head)
+  // when pos starts it, so that tiles the kernels read hold no uninitialised lanes.
+  void start_tile(std::size_t head, std::size_t pos) noexcept {
+    if (pos % detail::kTile != 0) return;
+    element* tile = k_.get() + (head * slots_ + pos) * head_dim_;  // tile pos/16 starts at pos*hd
+    std::fill(tile, tile + detail::kTile * head_dim_, element{});
+    if constexpr (scaled) {
+      std::fill_n(k_scale_.get() + head * slots_ + pos, detail::kTile, 0.0f);
+      std::fill_n(v_scale_.get() + head * slots_ + pos, detail::kTile, 0.0f);
+    }
+  }
+
+  void put_key_row(std::size_t head, std::size_t pos, const element* row) noexcept {
+    element* kh = k_.get() + head * slots_ * head_dim_;
+    for (std::size_t c = 0; c < head_dim_; ++c)
+      kh[detail::LayerView<element>::k_index(pos, c, head_dim_)] = row[c];
+  }
+
+  void get_key_row(std::size_t head, std::size_t pos, element* row) const noexcept {
+    const element* kh = k_.get() + head * slots_ * head_dim_;
+    for (std::size_t c = 0; c < head_dim_; ++c)
+      row[c] = kh[detail::LayerView<element>::k_index(pos, c, head_dim_)];
+  }
+
+  std::size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
+  std::size_t slots_ = 0;  // capacity rounded up to detail::kTile
+  std::size_t count_ = 0;  // elements of each of k_, v_
+  // [layers][kv_heads][slots / 16][head_dim][16] keys, [layers][kv_heads][slots][head_dim] values
+  edgellm::detail::AlignedArray<element> k_, v_;
+  // [layers][kv_heads][slots] fp32 scales (scaled formats only)
+  edgellm::detail::AlignedArray<float> k_scale_, v_scale_;
+  std::vector<std::size_t> layer_length_;  // [layers]
+  std::vector<element> row_;               // [head_dim] one converted key row
+  std::vector<float> scratch_;             // attention scratch, see detail::attend_scratch_floats
+};
+
+/// fp32 keys and values: attention equals the math of the class comment on the exact inputs.
+using KVCacheF32 = DenseKVCache<detail::StoreF32>;
+/// fp16 keys and values (half the memory): inputs rounded once to fp16 on append.
+using KVCacheF16 = DenseKVCache<detail::StoreF16>;
+
+static_assert(PrefixKVCache<KVCacheF32>);
+static_assert(PrefixKVCache<KVCacheF16>);
+
+}  // namespace edgellm::cache
