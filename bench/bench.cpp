@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/decode/model.hpp"
 #include "edgellm/decode/prompt_cache.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"

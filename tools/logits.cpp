@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
 // shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
+#include "edgellm/decode/model.hpp"
 #include "edgellm/detail/split.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/thread_pool.hpp"

@@ -5,6 +5,7 @@
 // PyTorch, and held-out perplexity of the int4 model and of each KV cache type.
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
+#include "edgellm/decode/model.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/tokenizer.hpp"

@@ -6,6 +6,8 @@
 #include "edgellm/model/transformer.hpp"
 
 #include "decode/model_contract.hpp"
+#include "edgellm/cache/quantized_kv_cache.hpp"
+#include "edgellm/decode/model.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/kernels/reference.hpp"
 #include "model/model_test_support.hpp"
@@ -18,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -37,6 +40,12 @@ using edgellm::model::TransformerWeights;
 using edgellm::test::Expected;
 using edgellm::test::model_fixture;
 using WeightsPtr = std::shared_ptr<const TransformerWeights>;
+
+static_assert(edgellm::decode::Model<Transformer<KVCacheF32>>);
+static_assert(edgellm::decode::Model<Transformer<KVCacheF16>>);
+static_assert(edgellm::decode::Model<Transformer<edgellm::cache::KVCacheQ8>>);
+static_assert(std::is_same_v<Transformer<KVCacheF32>,
+                             Transformer<KVCacheF32, edgellm::backend::Cpu>>);
 
 WeightsPtr load(const std::string& dir, bool reference = false) {
   LoadOptions o;

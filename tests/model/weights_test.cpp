@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/model/weights.hpp: loading the fixture checkpoints in every mode, the dense
-// fp32/fp16/bf16 matmul, and the errors for broken checkpoints (each names file and tensor).
+// Tests for edgellm/model/weights.hpp: loading the fixture checkpoints in every mode, dense
+// views of stored tensors, and the errors for broken checkpoints (each names file and tensor).
 #include "edgellm/model/weights.hpp"
 
 #include "edgellm/kernels/float16.hpp"
@@ -22,8 +22,6 @@ namespace {
 
 using Catch::Matchers::Contains;
 using edgellm::errc;
-using edgellm::ThreadPool;
-using edgellm::model::DenseMatrix;
 using edgellm::model::DenseType;
 using edgellm::model::LmHeadFormat;
 using edgellm::model::load_weights;
@@ -39,29 +37,6 @@ edgellm::error load_error(const std::string& dir, const LoadOptions& opts = {}) 
   auto w = load_weights(dir, opts);
   REQUIRE_FALSE(w);
   return w.error();
-}
-
-// fp32 matrix bits in a DenseMatrix of `type` (values must be representable in it).
-DenseMatrix make_dense(const std::vector<float>& w, std::size_t n, std::size_t k, DenseType type,
-                       std::vector<std::uint16_t>& storage, edgellm::io::TensorInfo& info) {
-  if (type == DenseType::f32) {
-    auto m = DenseMatrix::from_f32(w, n, k);
-    REQUIRE(m);
-    return std::move(*m);
-  }
-  storage.resize(n * k);
-  for (std::size_t i = 0; i < n * k; ++i) {
-    storage[i] = type == DenseType::f16 ? edgellm::kernels::f32_to_f16(w[i])
-                                        : edgellm::kernels::f32_to_bf16(w[i]);
-  }
-  info.name = "w";
-  info.type = type == DenseType::f16 ? edgellm::io::dtype::f16 : edgellm::io::dtype::bf16;
-  info.shape = {n, k};
-  info.nbytes = n * k * 2;
-  edgellm::io::TensorView view{&info, std::as_bytes(std::span(storage))};
-  auto m = DenseMatrix::view(view);
-  REQUIRE(m);
-  return std::move(*m);
 }
 
 // Resident kB of every mapping of a file under `dir` (Linux /proc/self/smaps), or -1 if the
@@ -88,51 +63,34 @@ long mapped_rss_kb(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("dense_matmul matches a double-precision product", "[model]") {
-  const DenseType type = GENERATE(DenseType::f32, DenseType::f16, DenseType::bf16);
-  const std::size_t k = GENERATE(std::size_t{7}, std::size_t{64}, std::size_t{1037});
-  const std::size_t n = 19;
-  auto rng = edgellm::test::make_rng(k);
-  auto w = edgellm::test::random_floats(rng, n * k);
-  // Round to the storage type so that the double reference sees the same weights.
-  for (float& v : w) {
-    if (type == DenseType::f16) v = edgellm::kernels::f16_to_f32(edgellm::kernels::f32_to_f16(v));
-    if (type == DenseType::bf16)
-      v = edgellm::kernels::bf16_to_f32(edgellm::kernels::f32_to_bf16(v));
-  }
-  std::vector<std::uint16_t> storage;
+TEST_CASE("dense_matrix_view wraps a stored tensor; other dtypes are refused", "[model]") {
+  std::vector<std::uint16_t> storage = {0x3C00, 0x4000, 0xC000, 0x0000, 0x3800, 0x3C00};
   edgellm::io::TensorInfo info;
-  const DenseMatrix d = make_dense(w, n, k, type, storage, info);
-  REQUIRE(d.type() == type);
-  const auto bias = edgellm::test::random_floats(rng, n);
-  const std::size_t m_max = 70;  // more than one 64-row block
-  const auto x = edgellm::test::random_floats(rng, m_max * k);
-  std::vector<float> y(m_max * n);
-  REQUIRE(edgellm::model::dense_matmul(d, x, m_max, y, bias, nullptr));
-  // Error of an fp32 dot product of k terms (16 partial sums, then a tree): <= (k/16 + 6) u sum|w
-  // x|.
-  const double u = std::ldexp(1.0, -24);
-  for (std::size_t i = 0; i < m_max; ++i) {
-    for (std::size_t r = 0; r < n; ++r) {
-      double ref = bias[r], mag = std::fabs(bias[r]);
-      for (std::size_t c = 0; c < k; ++c) {
-        ref += static_cast<double>(x[i * k + c]) * w[r * k + c];
-        mag += std::fabs(static_cast<double>(x[i * k + c]) * w[r * k + c]);
-      }
-      REQUIRE(std::fabs(y[i * n + r] - ref) <= (static_cast<double>(k) / 16 + 8) * u * mag);
-    }
-  }
-  // The same bits for any m and thread count.
-  auto pool = ThreadPool::create(3);
-  REQUIRE(pool);
-  for (std::size_t m : {std::size_t{1}, std::size_t{3}, m_max}) {
-    std::vector<float> y2(m * n);
-    REQUIRE(edgellm::model::dense_matmul(d, std::span(x).first(m * k), m, y2, bias, pool->get()));
-    REQUIRE(std::equal(y2.begin(), y2.end(), y.begin()));
-  }
-  // Argument errors.
-  CHECK_FALSE(edgellm::model::dense_matmul(d, std::span(x).first(k - 1), 1, y, bias, nullptr));
-  CHECK_FALSE(edgellm::model::dense_matmul(d, x, 1, y, std::span(bias).first(n - 1), nullptr));
+  info.name = "w";
+  info.type = edgellm::io::dtype::f16;
+  info.shape = {2, 3};
+  info.nbytes = storage.size() * 2;
+  const edgellm::io::TensorView view{&info, std::as_bytes(std::span(storage))};
+  auto m = edgellm::model::dense_matrix_view(view);
+  REQUIRE(m);
+  CHECK(m->type() == DenseType::f16);
+  CHECK(m->n() == 2);
+  CHECK(m->k() == 3);
+  CHECK(m->data() == reinterpret_cast<const std::byte*>(storage.data()));  // not copied
+  CHECK(m->owned_bytes() == 0);
+  std::vector<float> row(3);
+  m->row(1, row.data());
+  CHECK(row == std::vector<float>{0.0f, 0.5f, 1.0f});
+  auto c = edgellm::model::dense_matrix_copy(view);
+  REQUIRE(c);
+  CHECK(c->data() != m->data());
+  CHECK(c->owned_bytes() == 12);
+  info.type = edgellm::io::dtype::i32;
+  info.shape = {3};
+  auto bad = edgellm::model::dense_matrix_view(view);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code == errc::unsupported);
+  CHECK_THAT(bad.error().message, Contains("w: dtype I32"));
 }
 
 TEST_CASE("load_weights: every fixture, int4 and fp32 reference", "[model]") {

@@ -3,6 +3,7 @@
 // sampler loop, a speculative decoder).
 #pragma once
 
+#include "edgellm/model/logits_mode.hpp"
 #include "edgellm/result.hpp"
 
 #include <concepts>
@@ -12,17 +13,9 @@
 
 namespace edgellm::decode {
 
-/// Which logits a forward() call writes.
-enum class LogitsMode {
-  last,  ///< only the last new token's: logits[vocab_size()]
-  all,   ///< every new token's, in order: logits[tokens.size()][vocab_size()]
-};
-
-/// Number of floats forward() writes for `n_tokens` new tokens in `mode`.
-inline constexpr std::size_t logits_count(LogitsMode mode, std::size_t n_tokens,
-                                          std::size_t vocab_size) noexcept {
-  return (mode == LogitsMode::all ? n_tokens : 1) * vocab_size;
-}
+/// Which logits a forward() call writes (defined beside the Transformer, model/logits_mode.hpp).
+using model::LogitsMode;
+using model::logits_count;
 
 /// A causal language model that consumes tokens one batch at a time and keeps the state of the
 /// tokens consumed so far (a KV cache). The requirements are exactly what a decoder needs:

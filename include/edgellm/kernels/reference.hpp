@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Scalar twins of the matmul kernels: the specification and the test oracle. Plain loops.
+// Scalar twins of the matmul kernels and the elementwise ops (kernels/elementwise.hpp): the
+// specification and the test oracle. Plain loops.
 #pragma once
 
 #include <cmath>
@@ -125,6 +126,50 @@ inline double fast_error_bound(const Q4Matrix& w, const float* x, std::size_t r)
   }
   // The fp32 epilogue rounds terms whose magnitudes add up to at most abs_dot + bound.
   return bound + static_cast<double>(ng + 2) * std::ldexp(1.0, -24) * (abs_dot(w, x, r) + bound) * 1.01;
+}
+
+/// Twin of kernels::rms_norm: rows [r0, r1) of x [rows][n], one sequential double sum of
+/// squares per row, the normalisation in double, rounded once to fp32.
+inline void rms_norm(const float* x, const float* weight, float* out, std::size_t n,
+                     std::size_t r0, std::size_t r1, float eps) {
+  for (std::size_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * n;
+    double ss = 0.0;
+    for (std::size_t c = 0; c < n; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+    for (std::size_t c = 0; c < n; ++c)
+      out[r * n + c] = static_cast<float>(static_cast<double>(xr[c]) * inv * weight[c]);
+  }
+}
+
+/// Twin of kernels::silu_mul in double: g[i] = g[i] / (1 + exp(-g[i])) * u[i].
+inline void silu_mul(float* g, const float* u, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = g[i];
+    g[i] = static_cast<float>(x / (1.0 + std::exp(-x)) * static_cast<double>(u[i]));
+  }
+}
+
+/// Twin of kernels::rope: the same tables (kernels::rope_tables, the fp32 angles HF uses), the
+/// rotation in double. v: [rows][heads][head_dim]; cos, sin: [rows][head_dim / 2].
+inline void rope(float* v, std::size_t rows, std::size_t heads, std::size_t head_dim,
+                 const float* cos, const float* sin) {
+  const std::size_t half = head_dim / 2;
+  for (std::size_t t = 0; t < rows; ++t) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      float* p = v + (t * heads + h) * head_dim;
+      for (std::size_t i = 0; i < half; ++i) {
+        const double a = p[i], b = p[i + half], c = cos[t * half + i], s = sin[t * half + i];
+        p[i] = static_cast<float>(a * c - b * s);
+        p[i + half] = static_cast<float>(b * c + a * s);
+      }
+    }
+  }
+}
+
+/// Twin of kernels::add: x[i] += y[i].
+inline void add(float* x, const float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 }  // namespace edgellm::kernels::reference

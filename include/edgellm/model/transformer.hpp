@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Llama / Qwen2 / Mistral decoder forward pass over shared, read-only weights and a
-// per-instance KV cache; satisfies decode::Model.
+// per-instance KV cache, computed by a backend (backend/backend.hpp); satisfies decode::Model.
 #pragma once
 
+#include "edgellm/backend/backend.hpp"
+#include "edgellm/backend/cpu.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/prefix_blob.hpp"
 #include "edgellm/config.hpp"
 #include "edgellm/detail/bytes.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
-#include "edgellm/decode/model.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/model/config.hpp"
+#include "edgellm/model/logits_mode.hpp"
 #include "edgellm/model/weights.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
@@ -26,15 +28,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <xsimd/xsimd.hpp>
-
-// GCC 12's false -Wmaybe-uninitialized inside its AVX-512 intrinsics (bug 105593), reached
-// through xsimd::exp; see kernels/gemv_q4.hpp.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace edgellm::model {
 
@@ -82,9 +75,17 @@ struct TransformerOptions {
 /// Memory per instance: the cache (cache.bytes(); KVCacheF32/F16 commit pages as positions are
 /// appended) plus max_batch * (3 hidden + 2 (heads + kv_heads) head_dim + 2 intermediate +
 /// head_dim) floats of scratch and the fast path's quantised activations.
-template <cache::KVCache Cache = cache::KVCacheF32>
+///
+/// Backend: where the ops run (backend::ComputeBackend; backend::Cpu by default, backend::Scalar
+/// for the scalar oracle). The Transformer only sequences the ops of a chunk between
+/// backend.begin() and backend.finish(); a backend that records them submits once per chunk.
+template <cache::KVCache Cache = cache::KVCacheF32, class Backend = backend::Cpu>
+  requires backend::ComputeBackend<Backend, Cache>
 class Transformer {
  public:
+  using cache_type = Cache;
+  using backend_type = Backend;
+
   /// An instance over `weights` with an empty cache. Errors: null weights, context_size or
   /// max_batch out of range (context_size above Mistral's sliding_window included).
   static result<Transformer> create(std::shared_ptr<const TransformerWeights> weights,
@@ -121,23 +122,22 @@ class Transformer {
     auto cache = Cache::create(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, ctx);
     if (!cache) return cache.error();
 
-    Transformer t(std::move(weights), options, std::move(*cache));
+    backend::ModelShape shape;
+    shape.hidden = c.hidden_size;
+    shape.intermediate = c.intermediate_size;
+    shape.heads = c.num_attention_heads;
+    shape.kv_heads = c.num_key_value_heads;
+    shape.head_dim = c.head_dim;
+    shape.vocab = c.vocab_size;
+    shape.max_batch = options.max_batch;
+    shape.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
+    shape.rope_inv_freq = rope_inv_freq(c);
+    auto b = Backend::create(shape, backend::Options{options.pool, options.path, options.isa});
+    if (!b) return b.error();
+
+    Transformer t(std::move(weights), options, std::move(*cache), std::move(*b));
     t.options_.context_size = ctx;
-    const std::size_t B = options.max_batch, H = c.hidden_size, I = c.intermediate_size;
-    const std::size_t qd = c.num_attention_heads * c.head_dim;
-    const std::size_t kvd = c.num_key_value_heads * c.head_dim;
-    t.x_.resize(B * H);
-    t.xn_.resize(B * H);
-    t.tmp_.resize(B * H);
-    t.q_.resize(B * qd);
-    t.attn_.resize(B * qd);
-    t.k_.resize(B * kvd);
-    t.v_.resize(B * kvd);
-    t.gate_.resize(B * I);
-    t.up_.resize(B * I);
-    t.cos_.resize(B * c.head_dim / 2);
-    t.sin_.resize(B * c.head_dim / 2);
-    t.inv_freq_ = rope_inv_freq(c);
+    if (auto st = t.upload(); !st) return st.error();
     t.fingerprint_ = fingerprint(*t.weights_, options.path);
     return t;
   }
@@ -155,9 +155,9 @@ class Transformer {
   /// decode::Model::forward (see decode::Model for the contract). Errors, checked before any
   /// work: empty `tokens`, a token id outside [0, vocab_size()) (the message names the index and
   /// the id), position() + tokens.size() > context_size(), `logits` shorter than
-  /// decode::logits_count(mode, tokens.size(), vocab_size()). On any error the state is
+  /// logits_count(mode, tokens.size(), vocab_size()). On any error the state is
   /// unchanged.
-  status forward(std::span<const std::int32_t> tokens, decode::LogitsMode mode,
+  status forward(std::span<const std::int32_t> tokens, LogitsMode mode,
                  std::span<float> logits) {
     constexpr std::string_view where = "Transformer::forward";
     const std::size_t V = vocab_size();
@@ -175,12 +175,12 @@ class Transformer {
                         "position " + std::to_string(p0) + " + " + std::to_string(tokens.size()) +
                             " tokens exceeds the context size " + std::to_string(context_size()));
     }
-    const std::size_t need = decode::logits_count(mode, tokens.size(), V);
+    const std::size_t need = logits_count(mode, tokens.size(), V);
     if (logits.size() < need) {
       return make_error(
           errc::invalid_argument, where,
           "logits: size " + std::to_string(logits.size()) + ", need " + std::to_string(need) +
-              (mode == decode::LogitsMode::all ? " (tokens * vocab_size)" : " (vocab_size)"));
+              (mode == LogitsMode::all ? " (tokens * vocab_size)" : " (vocab_size)"));
     }
     const std::size_t B = options_.max_batch;
     for (std::size_t off = 0; off < tokens.size(); off += B) {
@@ -188,7 +188,7 @@ class Transformer {
       const bool last_chunk = off + T == tokens.size();
       float* out = nullptr;
       std::size_t first_row = 0, rows = 0;
-      if (mode == decode::LogitsMode::all) {
+      if (mode == LogitsMode::all) {
         out = logits.data() + off * V;
         rows = T;
       } else if (last_chunk) {
@@ -273,20 +273,76 @@ class Transformer {
   const Cache& cache() const noexcept { return cache_; }
   /// The options in effect (context_size resolved).
   const TransformerOptions& options() const noexcept { return options_; }
-  /// Bytes owned by this instance: KV cache plus scratch buffers (not the shared weights).
-  std::size_t bytes() const noexcept {
-    std::size_t f = 0;
-    for (const auto* b : {&x_, &xn_, &tmp_, &q_, &attn_, &k_, &v_, &gate_, &up_, &cos_, &sin_})
-      f += b->size();
-    return cache_.bytes() + f * sizeof(float) + (workspace_ ? workspace_->capacity() : 0);
-  }
+  /// The backend instance (its activations, scratch and uploaded weights).
+  const Backend& backend() const noexcept { return backend_; }
+  /// Bytes owned by this instance: KV cache plus the backend's buffers (not the shared weights).
+  std::size_t bytes() const noexcept { return cache_.bytes() + backend_.bytes(); }
 
  private:
-  Transformer(std::shared_ptr<const TransformerWeights> w, const TransformerOptions& o, Cache c)
-      : weights_(std::move(w)),
-        options_(o),
-        cache_(std::move(c)),
-        workspace_(std::make_unique<kernels::Workspace>()) {}
+  using Tensor = typename Backend::Tensor;
+  using Matrix = typename Backend::Matrix;
+  using Vector = typename Backend::Vector;
+  using Target = backend::LinearTarget<Backend>;
+
+  // A layer's weights as the backend holds them.
+  struct LayerHandles {
+    Vector input_layernorm, post_attention_layernorm;
+    Matrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  };
+
+  Transformer(std::shared_ptr<const TransformerWeights> w, const TransformerOptions& o, Cache c,
+              Backend b)
+      : weights_(std::move(w)), options_(o), cache_(std::move(c)), backend_(std::move(b)) {}
+
+  // Hands every weight to the backend and allocates the activations of one chunk.
+  status upload() {
+    const TransformerWeights& w = *weights_;
+    const ModelConfig& c = w.config;
+    const std::size_t H = c.hidden_size, I = c.intermediate_size;
+    const std::size_t qd = c.num_attention_heads * c.head_dim;
+    const std::size_t kvd = c.num_key_value_heads * c.head_dim;
+    const auto tensor = [&](Tensor& out, std::size_t cols) -> status {
+      auto t = backend_.activation(cols);
+      if (!t) return t.error();
+      out = std::move(*t);
+      return {};
+    };
+    for (auto [out, cols] : {std::pair{&x_, H}, std::pair{&xn_, H}, std::pair{&tmp_, H},
+                             std::pair{&q_, qd}, std::pair{&attn_, qd}, std::pair{&k_, kvd},
+                             std::pair{&v_, kvd}, std::pair{&gate_, I}, std::pair{&up_, I}})
+      if (auto st = tensor(*out, cols); !st) return st;
+    const auto matrix = [&](Matrix& out, const Linear& lin) -> status {
+      auto m = backend_.upload(lin);
+      if (!m) return m.error();
+      out = std::move(*m);
+      return {};
+    };
+    const auto vector = [&](Vector& out, const std::vector<float>& v) -> status {
+      auto h = backend_.upload(std::span<const float>(v));
+      if (!h) return h.error();
+      out = std::move(*h);
+      return {};
+    };
+    auto e = backend_.upload(w.embed_tokens);
+    if (!e) return e.error();
+    embed_tokens_ = std::move(*e);
+    if (auto st = matrix(lm_head_, w.lm_head); !st) return st;
+    if (auto st = vector(norm_, w.norm); !st) return st;
+    layers_.resize(w.layers.size());
+    for (std::size_t l = 0; l < w.layers.size(); ++l) {
+      const LayerWeights& L = w.layers[l];
+      LayerHandles& h = layers_[l];
+      if (auto st = vector(h.input_layernorm, L.input_layernorm); !st) return st;
+      if (auto st = vector(h.post_attention_layernorm, L.post_attention_layernorm); !st) return st;
+      for (auto [out, lin] : {std::pair{&h.q_proj, &L.q_proj}, std::pair{&h.k_proj, &L.k_proj},
+                              std::pair{&h.v_proj, &L.v_proj}, std::pair{&h.o_proj, &L.o_proj},
+                              std::pair{&h.gate_proj, &L.gate_proj},
+                              std::pair{&h.up_proj, &L.up_proj},
+                              std::pair{&h.down_proj, &L.down_proj}})
+        if (auto st = matrix(*out, *lin); !st) return st;
+    }
+    return {};
+  }
 
   static std::uint64_t fingerprint(const TransformerWeights& w, kernels::MatmulPath path) {
     const ModelConfig& c = w.config;
@@ -356,155 +412,56 @@ class Transformer {
     return edgellm::detail::checksum64(b);
   }
 
-  kernels::MatmulOptions matmul_options() const noexcept {
-    kernels::MatmulOptions m;
-    m.pool = options_.pool;
-    m.path = options_.path;
-    m.isa = options_.isa;
-    m.workspace = workspace_.get();
-    return m;
-  }
-
-  // out[r][:] = x[r][:] / sqrt(mean(x[r]^2) + eps) * weight, for rows [r0, r1).
-  void rms_norm(const float* x, const std::vector<float>& weight, float* out, std::size_t r0,
-                std::size_t r1) const noexcept {
-    const std::size_t H = weights_->config.hidden_size;
-    const auto eps = static_cast<float>(weights_->config.rms_norm_eps);
-    for (std::size_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * H;
-      // 8 partial sums (lane j: columns j, j + 8, ...), then a fixed tree: the same bits on
-      // every ISA, and no chain of dependent scalar adds (the compiler vectorises the lanes).
-      double part[8] = {};
-      std::size_t c = 0;
-      for (; c + 8 <= H; c += 8)
-        for (std::size_t j = 0; j < 8; ++j)
-          part[j] += static_cast<double>(xr[c + j]) * static_cast<double>(xr[c + j]);
-      for (std::size_t j = 0; c < H; ++c, ++j)
-        part[j] += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
-      const double ss = ((part[0] + part[4]) + (part[2] + part[6])) +
-                        ((part[1] + part[5]) + (part[3] + part[7]));
-      const auto var = static_cast<float>(ss / static_cast<double>(H));
-      const float inv = 1.0f / std::sqrt(var + eps);
-      float* o = out + r * H;
-      for (std::size_t i = 0; i < H; ++i) o[i] = (xr[i] * inv) * weight[i];
-    }
-  }
-
-  // g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i], vectorised with xsimd's exp
-  // (within a few ulp of std::exp; the scalar tail uses std::exp).
-  static void silu_mul(float* EDGELLM_RESTRICT g, const float* EDGELLM_RESTRICT u,
-                       std::size_t n) noexcept {
-    using batch = xsimd::batch<float>;
-    std::size_t i = 0;
-    for (; i + batch::size <= n; i += batch::size) {
-      const batch x = batch::load_unaligned(g + i);
-      (x / (batch(1.0f) + xsimd::exp(-x)) * batch::load_unaligned(u + i)).store_unaligned(g + i);
-    }
-    for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  }
-
-  // RoPE (rotate_half) on `heads` heads of each of T rows of v ([T][heads][head_dim]), using the
-  // cos/sin tables of this chunk.
-  void rope(float* v, std::size_t T, std::size_t heads) const noexcept {
-    const std::size_t hd = weights_->config.head_dim, half = hd / 2;
-    for (std::size_t t = 0; t < T; ++t) {
-      const float* cs = cos_.data() + t * half;
-      const float* sn = sin_.data() + t * half;
-      for (std::size_t h = 0; h < heads; ++h) {
-        float* p = v + (t * heads + h) * hd;
-        for (std::size_t i = 0; i < half; ++i) {
-          const float a = p[i], b = p[i + half];
-          p[i] = a * cs[i] - b * sn[i];
-          p[i + half] = b * cs[i] + a * sn[i];
-        }
-      }
-    }
-  }
-
   // Runs T tokens at position() through the model; writes lm_head logits of rows
   // [first_row, first_row + rows) to out (rows may be 0).
   status run_chunk(std::span<const std::int32_t> ids, std::size_t first_row, std::size_t rows,
                    float* out) {
-    const TransformerWeights& w = *weights_;
-    const ModelConfig& c = w.config;
     const std::size_t T = ids.size(), p0 = position();
-    const std::size_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
-    const std::size_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-    const std::size_t qd = nh * hd, kvd = nkv * hd, half = hd / 2;
-    const kernels::MatmulOptions mo = matmul_options();
-    ThreadPool* pool = options_.pool;
+    Backend& b = backend_;
+    if (auto st = b.begin(p0, T); !st) return st;
+    if (auto st = b.embed(embed_tokens_, ids, x_); !st) return st;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const LayerHandles& L = layers_[l];
+      b.rms_norm(x_, L.input_layernorm, xn_, 0, T);
+      const Target qkv[] = {{L.q_proj, q_}, {L.k_proj, k_}, {L.v_proj, v_}};
+      if (auto st = b.linear_group(std::span<const Target>(qkv), xn_, T); !st) return st;
+      b.rope(q_, T);
+      b.rope(k_, T);
+      if (auto st = b.attention(cache_, l, p0, T, q_, k_, v_, attn_); !st) return st;
+      if (auto st = b.linear(L.o_proj, attn_, tmp_, T); !st) return st;
+      b.add(x_, tmp_, T);
 
-    for (std::size_t t = 0; t < T; ++t)
-      w.embed_tokens.row(static_cast<std::size_t>(ids[t]), x_.data() + t * H);
-    // cos/sin of angle = pos * inv_freq[i], each a single fp32 product as in HF.
-    for (std::size_t t = 0; t < T; ++t) {
-      const auto pos = static_cast<float>(p0 + t);
-      for (std::size_t i = 0; i < half; ++i) {
-        const float angle = pos * inv_freq_[i];
-        cos_[t * half + i] = std::cos(angle);
-        sin_[t * half + i] = std::sin(angle);
-      }
+      b.rms_norm(x_, L.post_attention_layernorm, xn_, 0, T);
+      const Target gate_up[] = {{L.gate_proj, gate_}, {L.up_proj, up_}};
+      if (auto st = b.linear_group(std::span<const Target>(gate_up), xn_, T); !st) return st;
+      b.silu_mul(gate_, up_, T);
+      if (auto st = b.linear(L.down_proj, gate_, tmp_, T); !st) return st;
+      b.add(x_, tmp_, T);
     }
-
-    // Y[T][lin.n()] = X[T][lin.k()] W^T (+ bias), from one scratch buffer into another.
-    const auto mm = [&](const Linear& lin, const std::vector<float>& in, std::vector<float>& y) {
-      return linear_forward(lin, std::span<const float>(in.data(), T * lin.k()), T,
-                            std::span<float>(y.data(), T * lin.n()), mo);
-    };
-    // Several projections of xn_ (all k = hidden) in one grouped call.
-    const auto mm_multi = [&](std::span<const LinearOutput> outs) {
-      return linear_forward_multi(outs, std::span<const float>(xn_.data(), T * H), T, mo);
-    };
-    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
-      const LayerWeights& L = w.layers[l];
-      rms_norm(x_.data(), L.input_layernorm, xn_.data(), 0, T);
-      const LinearOutput qkv[] = {{&L.q_proj, q_}, {&L.k_proj, k_}, {&L.v_proj, v_}};
-      if (auto st = mm_multi(qkv); !st) return st;
-      rope(q_.data(), T, nh);
-      rope(k_.data(), T, nkv);
-      const std::span<const float> k(k_.data(), T * kvd), v(v_.data(), T * kvd);
-      if (auto st = cache_.append(l, p0, T, k, v); !st) return st;
-      const std::span<const float> q(q_.data(), T * qd);
-      if (auto st = cache_.attend(l, q, T, p0, nh, std::span(attn_.data(), T * qd), pool); !st)
+    if (rows > 0) {
+      b.rms_norm(x_, norm_, xn_, first_row, first_row + rows);
+      const std::size_t V = weights_->config.vocab_size;
+      if (auto st = b.logits(lm_head_, xn_, first_row, rows, std::span<float>(out, rows * V)); !st)
         return st;
-      if (auto st = mm(L.o_proj, attn_, tmp_); !st) return st;
-      for (std::size_t i = 0; i < T * H; ++i) x_[i] += tmp_[i];
-
-      rms_norm(x_.data(), L.post_attention_layernorm, xn_.data(), 0, T);
-      const LinearOutput gate_up[] = {{&L.gate_proj, gate_}, {&L.up_proj, up_}};
-      if (auto st = mm_multi(gate_up); !st) return st;
-      silu_mul(gate_.data(), up_.data(), T * I);
-      if (auto st = mm(L.down_proj, gate_, tmp_); !st) return st;
-      for (std::size_t i = 0; i < T * H; ++i) x_[i] += tmp_[i];
     }
-
-    if (rows == 0) return {};
-    rms_norm(x_.data(), w.norm, xn_.data(), first_row, first_row + rows);
-    const std::size_t V = c.vocab_size;
-    return linear_forward(w.lm_head, std::span<const float>(xn_.data() + first_row * H, rows * H),
-                          rows, std::span<float>(out, rows * V), mo);
+    return b.finish();
   }
 
   std::shared_ptr<const TransformerWeights> weights_;
   TransformerOptions options_;
   Cache cache_;
-  std::unique_ptr<kernels::Workspace> workspace_;  // fast-path activation scratch
-  std::vector<float> inv_freq_;                    // [head_dim / 2]
-  std::uint64_t fingerprint_ = 0;                  // model_fingerprint()
-  // Scratch for one chunk of up to B = max_batch tokens.
-  std::vector<float> x_, xn_, tmp_;  // [B][hidden]: residual stream, normed, projection out
-  std::vector<float> q_, attn_;      // [B][heads * head_dim]
-  std::vector<float> k_, v_;         // [B][kv_heads * head_dim]
-  std::vector<float> gate_, up_;     // [B][intermediate]
-  std::vector<float> cos_, sin_;     // [B][head_dim / 2]
+  Backend backend_;
+  std::uint64_t fingerprint_ = 0;  // model_fingerprint()
+  // The weights as the backend holds them.
+  typename Backend::Table embed_tokens_{};
+  Matrix lm_head_{};
+  Vector norm_{};
+  std::vector<LayerHandles> layers_;
+  // Activations of one chunk of up to B = max_batch tokens, in backend memory.
+  Tensor x_{}, xn_{}, tmp_{};  // [B][hidden]: residual stream, normed, projection out
+  Tensor q_{}, attn_{};        // [B][heads * head_dim]
+  Tensor k_{}, v_{};           // [B][kv_heads * head_dim]
+  Tensor gate_{}, up_{};       // [B][intermediate]
 };
 
-static_assert(decode::Model<Transformer<cache::KVCacheF32>>);
-static_assert(decode::Model<Transformer<cache::KVCacheF16>>);
-static_assert(decode::Model<Transformer<cache::KVCacheQ8>>);
-
 }  // namespace edgellm::model
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif

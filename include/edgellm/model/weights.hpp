@@ -8,15 +8,14 @@
 #include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/awq.hpp"
-#include "edgellm/kernels/dense_matmul.hpp"
+#include "edgellm/kernels/dense_matrix.hpp"
+#include "edgellm/kernels/linear.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
-#include "edgellm/kernels/matmul.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config_json.hpp"
 #include "edgellm/model/packed_cache.hpp"
 #include "edgellm/result.hpp"
-#include "edgellm/thread_pool.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -25,7 +24,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
-#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -81,246 +79,49 @@ struct LoadOptions {
   bool packed_cache_copy = false;
 };
 
+// The weight formats live in kernels/ (backends run them); these names stay for users.
+using kernels::DenseMatrix;
 using kernels::DenseType;
+using kernels::Linear;
+using kernels::to_string;
 
-inline const char* to_string(DenseType t) noexcept {
-  switch (t) {
-    case DenseType::f32:
-      return "F32";
-    case DenseType::f16:
-      return "F16";
-    case DenseType::bf16:
-      return "BF16";
+namespace detail {
+
+/// The element type of a stored dense tensor. Errors: a dtype other than F16, BF16, F32.
+inline result<DenseType> dense_type_of(const io::TensorView& t) {
+  switch (t.type()) {
+    case io::dtype::f32:
+      return DenseType::f32;
+    case io::dtype::f16:
+      return DenseType::f16;
+    case io::dtype::bf16:
+      return DenseType::bf16;
+    default:
+      return make_error(errc::unsupported, "DenseMatrix::view",
+                        t.name() + ": dtype " + std::string(io::dtype_name(t.type())) +
+                            " (expected F16, BF16 or F32)");
   }
-  return "?";
 }
 
-/// A dense row-major matrix W[n][k] of fp32, fp16 or bf16 elements: either a view of a tensor in
-/// a mapped checkpoint file (its owner must outlive the view; TransformerWeights keeps the
-/// checkpoint open) or owned, 64-byte aligned memory. Read-only after construction, so it may be
-/// shared between threads.
-class DenseMatrix {
- public:
-  DenseMatrix() = default;
+}  // namespace detail
 
-  /// Wraps a stored tensor of shape [n, k] (or [k] with n = 1) without copying. A tensor whose
-  /// address is not a multiple of its element size (old writers) is copied into owned memory.
-  static result<DenseMatrix> view(const io::TensorView& t) {
-    DenseMatrix m;
-    switch (t.type()) {
-      case io::dtype::f32:
-        m.type_ = DenseType::f32;
-        break;
-      case io::dtype::f16:
-        m.type_ = DenseType::f16;
-        break;
-      case io::dtype::bf16:
-        m.type_ = DenseType::bf16;
-        break;
-      default:
-        return make_error(errc::unsupported, "DenseMatrix::view",
-                          t.name() + ": dtype " + std::string(io::dtype_name(t.type())) +
-                              " (expected F16, BF16 or F32)");
-    }
-    const auto& s = t.shape();
-    m.n_ = s.size() == 2 ? s[0] : 1;
-    m.k_ = s.empty() ? 1 : s.back();
-    if (t.is_aligned()) {
-      m.data_ = t.bytes.data();
-    } else {
-      m.owned_ = edgellm::detail::allocate_aligned(t.bytes.size());
-      if (!m.owned_) {
-        return make_error(errc::capacity_exceeded, "DenseMatrix::view",
-                          t.name() + ": cannot allocate " + std::to_string(t.bytes.size()) +
-                              " bytes for an aligned copy");
-      }
-      std::memcpy(m.owned_.get(), t.bytes.data(), t.bytes.size());
-      m.data_ = m.owned_.get();
-    }
-    return m;
-  }
-
-  /// An owned copy of a stored tensor of shape [n, k] (see view()), for weights streamed every
-  /// token: large copies sit on 2 MiB pages where the kernel allows (a file mapping uses 4 KiB
-  /// pages, which stream slower).
-  static result<DenseMatrix> copy_of(const io::TensorView& t) {
-    auto m = view(t);
-    if (!m) return m.error();
-    if (m->owned_) return m;  // view() already copied it
-    const std::size_t bytes = t.bytes.size();
-    auto buf = edgellm::detail::allocate_aligned(bytes, edgellm::detail::MemoryUse::streamed);
-    if (!buf) {
-      return make_error(errc::capacity_exceeded, "DenseMatrix::copy_of",
-                        t.name() + ": cannot allocate " + std::to_string(bytes) + " bytes");
-    }
-    std::byte* p = buf.get();
-    std::memcpy(p, t.bytes.data(), bytes);
-    m->owned_ = std::move(buf);
-    m->data_ = p;
-    return m;
-  }
-
-  /// An owned fp32 matrix [n][k] from row-major values (values.size() == n * k).
-  static result<DenseMatrix> from_f32(std::span<const float> values, std::size_t n, std::size_t k) {
-    if (values.size() != n * k || n == 0 || k == 0) {
-      return make_error(errc::shape_mismatch, "DenseMatrix::from_f32",
-                        "values: size " + std::to_string(values.size()) +
-                            " != n * k = " + std::to_string(n) + " * " + std::to_string(k));
-    }
-    DenseMatrix m;
-    m.type_ = DenseType::f32;
-    m.n_ = n;
-    m.k_ = k;
-    m.owned_ = edgellm::detail::allocate_aligned(n * k * sizeof(float));
-    if (!m.owned_) {
-      return make_error(errc::capacity_exceeded, "DenseMatrix::from_f32",
-                        "cannot allocate " + std::to_string(n * k * sizeof(float)) + " bytes");
-    }
-    std::memcpy(m.owned_.get(), values.data(), n * k * sizeof(float));
-    m.data_ = m.owned_.get();
-    return m;
-  }
-
-  std::size_t n() const noexcept { return n_; }  ///< rows (outputs)
-  std::size_t k() const noexcept { return k_; }  ///< columns (inputs)
-  DenseType type() const noexcept { return type_; }
-  bool empty() const noexcept { return data_ == nullptr; }
-  std::size_t element_size() const noexcept { return kernels::dense_element_size(type_); }
-  /// The stored elements, [n][k] row-major.
-  const std::byte* data() const noexcept { return data_; }
-  /// Bytes of owned memory (0 for a view of a mapped file).
-  std::size_t owned_bytes() const noexcept { return owned_ ? n_ * k_ * element_size() : 0; }
-
-  /// Elements [c0, c0 + count) of row r as fp32 (exact): a pointer into the matrix for fp32,
-  /// else converted into `buf` (count floats) and `buf` returned.
-  const float* row_chunk(std::size_t r, std::size_t c0, std::size_t count,
-                         float* buf) const noexcept {
-    const std::size_t at = r * k_ + c0;
-    switch (type_) {
-      case DenseType::f32:
-        return reinterpret_cast<const float*>(data_) + at;
-      case DenseType::f16: {
-        const auto* p = reinterpret_cast<const std::uint16_t*>(data_) + at;
-        std::size_t i = 0;  // fixed-length blocks: vectorised at -O2 too
-        for (; i + 16 <= count; i += 16)
-          for (std::size_t l = 0; l < 16; ++l) buf[i + l] = kernels::f16_to_f32_branchless(p[i + l]);
-        for (; i < count; ++i) buf[i] = kernels::f16_to_f32_branchless(p[i]);
-        return buf;
-      }
-      case DenseType::bf16: {
-        const auto* p = reinterpret_cast<const std::uint16_t*>(data_) + at;
-        std::size_t i = 0;
-        for (; i + 16 <= count; i += 16)
-          for (std::size_t l = 0; l < 16; ++l)
-            buf[i + l] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i + l]) << 16);
-        for (; i < count; ++i)
-          buf[i] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i]) << 16);
-        return buf;
-      }
-    }
-    return buf;
-  }
-
-  /// Row r as fp32 into out[k] (an embedding lookup).
-  void row(std::size_t r, float* out) const noexcept {
-    const float* p = row_chunk(r, 0, k_, out);
-    if (p != out) std::memcpy(out, p, k_ * sizeof(float));
-  }
-
- private:
-  DenseType type_ = DenseType::f32;
-  std::size_t n_ = 0, k_ = 0;
-  const std::byte* data_ = nullptr;
-  edgellm::detail::AlignedBuffer owned_;
-};
-
-/// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of
-/// W are split over `pool` (null: the calling thread); bit-identical for any thread count.
-inline status dense_matmul(const DenseMatrix& w, std::span<const float> x, std::size_t m,
-                           std::span<float> y, std::span<const float> bias, ThreadPool* pool) {
-  constexpr std::string_view where = "dense_matmul";
-  if (w.empty() || m == 0)
-    return make_error(errc::invalid_argument, where, "empty matrix or m = 0");
-  if (x.size() < m * w.k() || y.size() < m * w.n()) {
-    return make_error(errc::invalid_argument, where,
-                      "x/y: sizes " + std::to_string(x.size()) + "/" + std::to_string(y.size()) +
-                          ", need " + std::to_string(m * w.k()) + "/" + std::to_string(m * w.n()));
-  }
-  if (!bias.empty() && bias.size() != w.n()) {
-    return make_error(
-        errc::shape_mismatch, where,
-        "bias: size " + std::to_string(bias.size()) + ", expected " + std::to_string(w.n()));
-  }
-  const float* b = bias.empty() ? nullptr : bias.data();
-  // Rows in pieces of about 1/8 of a thread's share (a multiple of the kernel's 8-row block),
-  // balanced at run time as the int4 products are (kernels::gemm).
-  const std::size_t threads = pool ? pool->size() : 1;
-  const std::size_t grain = std::max<std::size_t>(8, w.n() / (threads * 8) / 8 * 8);
-  parallel_for_balanced(pool, w.n(), grain, [&](std::size_t r0, std::size_t r1) {
-    std::unique_ptr<float[]> scratch;  // widens 16-bit rows once for many activation rows
-    if (const std::size_t f = kernels::dense_scratch_floats(w.k());
-        f > 0 && m > 1 && w.type() != DenseType::f32)
-      scratch.reset(new (std::nothrow) float[f]);
-    kernels::dense_matmul_rows(w.type(), w.data(), w.k(), x.data(), w.k(), m, b, y.data(), w.n(),
-                               r0, r1, scratch.get());
-  });
-  return {};
+/// A stored tensor of shape [n, k] (or [k] with n = 1) as a DenseMatrix, without copying (see
+/// kernels::DenseMatrix::view; the checkpoint must outlive it).
+inline result<DenseMatrix> dense_matrix_view(const io::TensorView& t) {
+  auto type = detail::dense_type_of(t);
+  if (!type) return type.error();
+  const auto& s = t.shape();
+  return DenseMatrix::view(*type, s.size() == 2 ? s[0] : 1, s.empty() ? 1 : s.back(), t.bytes,
+                           t.name());
 }
 
-/// One nn.Linear, y = x W^T + bias with W [n][k]: packed int4 (q4 non-empty) or dense.
-struct Linear {
-  kernels::Q4Matrix q4;     ///< the weights when quantised
-  DenseMatrix dense;        ///< the weights otherwise
-  std::vector<float> bias;  ///< [n], or empty
-
-  bool quantized() const noexcept { return !q4.empty(); }
-  std::size_t n() const noexcept { return quantized() ? q4.n() : dense.n(); }
-  std::size_t k() const noexcept { return quantized() ? q4.k() : dense.k(); }
-  /// Bytes of owned memory (packed or dense weights plus bias).
-  std::size_t owned_bytes() const noexcept {
-    return (quantized() ? q4.byte_size() : dense.owned_bytes()) + bias.size() * sizeof(float);
-  }
-};
-
-/// Y[m][n] = X[m][k] W^T + bias through the int4 kernels (gemv for m == 1, gemm otherwise, on
-/// opts.path) or dense_matmul (opts.pool only).
-inline status linear_forward(const Linear& w, std::span<const float> x, std::size_t m,
-                             std::span<float> y, const kernels::MatmulOptions& opts) {
-  if (w.quantized()) {
-    if (m == 1) return kernels::gemv(w.q4, x.first(w.k()), y.first(w.n()), w.bias, opts);
-    return kernels::gemm(w.q4, x.first(m * w.k()), m, y.first(m * w.n()), w.bias, opts);
-  }
-  return dense_matmul(w.dense, x, m, y, w.bias, opts.pool);
-}
-
-/// One output of linear_forward_multi: y[m][w->n()] = x w^T (+ bias).
-struct LinearOutput {
-  const Linear* w;
-  std::span<float> y;
-};
-
-/// linear_forward on several linears of the same input x [m][k] (a layer's q/k/v or gate/up).
-/// When all are int4 with one group size they run as one kernels::gemm_multi: the same bits as
-/// separate calls, with one fork-join and (fast path) one activation quantisation for all.
-inline status linear_forward_multi(std::span<const LinearOutput> outs, std::span<const float> x,
-                                   std::size_t m, const kernels::MatmulOptions& opts) {
-  constexpr std::size_t kMax = 8;
-  bool grouped = !outs.empty() && outs.size() <= kMax;
-  for (const LinearOutput& o : outs) {
-    grouped = grouped && o.w->quantized() &&
-              o.w->q4.group_size() == outs.front().w->q4.group_size() &&
-              o.w->k() == outs.front().w->k();
-  }
-  if (!grouped) {
-    for (const LinearOutput& o : outs)
-      if (auto st = linear_forward(*o.w, x, m, o.y, opts); !st) return st;
-    return {};
-  }
-  kernels::MatmulOutput mo[kMax];
-  for (std::size_t i = 0; i < outs.size(); ++i)
-    mo[i] = {&outs[i].w->q4, outs[i].y.first(m * outs[i].w->n()), outs[i].w->bias, 0};
-  return kernels::gemm_multi(std::span<const kernels::MatmulOutput>(mo, outs.size()),
-                             x.first(m * outs.front().w->k()), m, opts);
+/// An owned copy of a stored tensor of shape [n, k] (kernels::DenseMatrix::copy_of).
+inline result<DenseMatrix> dense_matrix_copy(const io::TensorView& t) {
+  auto type = detail::dense_type_of(t);
+  if (!type) return type.error();
+  const auto& s = t.shape();
+  return DenseMatrix::copy_of(*type, s.size() == 2 ? s[0] : 1, s.empty() ? 1 : s.back(), t.bytes,
+                              t.name());
 }
 
 /// The weights of one decoder layer (names as in the HF state dict, without the prefix).
@@ -428,7 +229,7 @@ class WeightLoader {
                                         std::string_view why) const {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n}, why);
     if (!t) return t.error();
-    auto m = DenseMatrix::view(*t);
+    auto m = dense_matrix_view(*t);
     if (!m) return m.error();
     std::vector<float> out(n);
     m->row(0, out.data());
@@ -440,7 +241,7 @@ class WeightLoader {
                                  std::string_view why) const {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
     if (!t) return t.error();
-    return DenseMatrix::view(*t);
+    return dense_matrix_view(*t);
   }
 
   /// The dense weight [n][k] copied into owned memory (DenseMatrix::copy_of); its mapped source
@@ -449,7 +250,7 @@ class WeightLoader {
                                  std::string_view why) {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
     if (!t) return t.error();
-    auto m = DenseMatrix::copy_of(*t);
+    auto m = dense_matrix_copy(*t);
     if (m) release(t->bytes);
     return m;
   }
@@ -459,7 +260,7 @@ class WeightLoader {
                                 std::string_view why) {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
     if (!t) return t.error();
-    auto v = DenseMatrix::view(*t);
+    auto v = dense_matrix_view(*t);
     if (!v) return v.error();
     std::vector<float> values(n * k);
     for (std::size_t r = 0; r < n; ++r) v->row(r, values.data() + r * k);

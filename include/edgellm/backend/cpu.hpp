@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CPU backend: the xsimd int4 and dense kernels with their thread-pool split, the cache's
+// SIMD attention, the elementwise ops of kernels/elementwise.hpp, on host activations.
+#pragma once
+
+#include "edgellm/backend/backend.hpp"
+#include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/kernels/dense_matmul.hpp"
+#include "edgellm/kernels/dense_matrix.hpp"
+#include "edgellm/kernels/elementwise.hpp"
+#include "edgellm/kernels/linear.hpp"
+#include "edgellm/kernels/matmul.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace edgellm::backend {
+
+/// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of
+/// W are split over `pool` (null: the calling thread); bit-identical for any thread count.
+inline status dense_matmul(const kernels::DenseMatrix& w, std::span<const float> x, std::size_t m,
+                           std::span<float> y, std::span<const float> bias, ThreadPool* pool) {
+  constexpr std::string_view where = "dense_matmul";
+  if (w.empty() || m == 0)
+    return make_error(errc::invalid_argument, where, "empty matrix or m = 0");
+  if (x.size() < m * w.k() || y.size() < m * w.n()) {
+    return make_error(errc::invalid_argument, where,
+                      "x/y: sizes " + std::to_string(x.size()) + "/" + std::to_string(y.size()) +
+                          ", need " + std::to_string(m * w.k()) + "/" + std::to_string(m * w.n()));
+  }
+  if (!bias.empty() && bias.size() != w.n()) {
+    return make_error(
+        errc::shape_mismatch, where,
+        "bias: size " + std::to_string(bias.size()) + ", expected " + std::to_string(w.n()));
+  }
+  const float* b = bias.empty() ? nullptr : bias.data();
+  // Rows in pieces of about 1/8 of a thread's share (a multiple of the kernel's 8-row block),
+  // balanced at run time as the int4 products are (kernels::gemm).
+  const std::size_t threads = pool ? pool->size() : 1;
+  const std::size_t grain = std::max<std::size_t>(8, w.n() / (threads * 8) / 8 * 8);
+  parallel_for_balanced(pool, w.n(), grain, [&](std::size_t r0, std::size_t r1) {
+    std::unique_ptr<float[]> scratch;  // widens 16-bit rows once for many activation rows
+    if (const std::size_t f = kernels::dense_scratch_floats(w.k());
+        f > 0 && m > 1 && w.type() != kernels::DenseType::f32)
+      scratch.reset(new (std::nothrow) float[f]);
+    kernels::dense_matmul_rows(w.type(), w.data(), w.k(), x.data(), w.k(), m, b, y.data(), w.n(),
+                               r0, r1, scratch.get());
+  });
+  return {};
+}
+
+/// Y[m][n] = X[m][k] W^T + bias through the int4 kernels (gemv for m == 1, gemm otherwise, on
+/// opts.path) or dense_matmul (opts.pool only).
+inline status linear_forward(const kernels::Linear& w, std::span<const float> x, std::size_t m,
+                             std::span<float> y, const kernels::MatmulOptions& opts) {
+  if (w.quantized()) {
+    if (m == 1) return kernels::gemv(w.q4, x.first(w.k()), y.first(w.n()), w.bias, opts);
+    return kernels::gemm(w.q4, x.first(m * w.k()), m, y.first(m * w.n()), w.bias, opts);
+  }
+  return dense_matmul(w.dense, x, m, y, w.bias, opts.pool);
+}
+
+/// One output of linear_forward_multi: y[m][w->n()] = x w^T (+ bias).
+struct LinearOutput {
+  const kernels::Linear* w;
+  std::span<float> y;
+};
+
+/// linear_forward on several linears of the same input x [m][k] (a layer's q/k/v or gate/up).
+/// When all are int4 with one group size they run as one kernels::gemm_multi: the same bits as
+/// separate calls, with one fork-join and (fast path) one activation quantisation for all.
+inline status linear_forward_multi(std::span<const LinearOutput> outs, std::span<const float> x,
+                                   std::size_t m, const kernels::MatmulOptions& opts) {
+  constexpr std::size_t kMax = 8;
+  bool grouped = !outs.empty() && outs.size() <= kMax;
+  for (const LinearOutput& o : outs) {
+    grouped = grouped && o.w->quantized() &&
+              o.w->q4.group_size() == outs.front().w->q4.group_size() &&
+              o.w->k() == outs.front().w->k();
+  }
+  if (!grouped) {
+    for (const LinearOutput& o : outs)
+      if (auto st = linear_forward(*o.w, x, m, o.y, opts); !st) return st;
+    return {};
+  }
+  kernels::MatmulOutput mo[kMax];
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    mo[i] = {&outs[i].w->q4, outs[i].y.first(m * outs[i].w->n()), outs[i].w->bias, 0};
+  return kernels::gemm_multi(std::span<const kernels::MatmulOutput>(mo, outs.size()),
+                             x.first(m * outs.front().w->k()), m, opts);
+}
+
+/// The CPU backend: every op runs at once on the calling thread, the matmuls and attention
+/// split over options.pool. Weights are used in place (Matrix, Vector and Table point into the
+/// host weights, which the Transformer keeps alive); activations are host vectors of
+/// max_batch rows. Works with every cache::KVCache (attention is the cache's own SIMD attend).
+class Cpu {
+ public:
+  /// An activation [rows][cols] in host memory: data spans max_batch rows.
+  struct Tensor {
+    std::span<float> data;
+    std::size_t cols = 0;
+  };
+  using Matrix = const kernels::Linear*;
+  using Vector = std::span<const float>;
+  using Table = const kernels::DenseMatrix*;
+
+  /// Errors: the fast path with an ISA this CPU/build cannot run.
+  static result<Cpu> create(const ModelShape& shape, const Options& options) {
+    if (options.path == kernels::MatmulPath::fast && !kernels::isa_supported(options.isa)) {
+      return make_error(errc::unsupported, "backend::Cpu::create",
+                        std::string("isa: ") + kernels::isa_name(options.isa) +
+                            " is not supported by this CPU/build");
+    }
+    Cpu b;
+    b.shape_ = shape;
+    b.workspace_ = std::make_unique<kernels::Workspace>();
+    b.mo_.pool = options.pool;
+    b.mo_.path = options.path;
+    b.mo_.isa = options.isa;
+    b.mo_.workspace = b.workspace_.get();
+    const std::size_t half = shape.head_dim / 2;
+    b.cos_.resize(shape.max_batch * half);
+    b.sin_.resize(shape.max_batch * half);
+    return b;
+  }
+
+  Cpu(Cpu&&) noexcept = default;
+  Cpu& operator=(Cpu&&) noexcept = default;
+
+  result<Tensor> activation(std::size_t cols) {
+    // Moving the outer vector moves the inner ones: their buffers (the spans) stay put.
+    buffers_.emplace_back(shape_.max_batch * cols);
+    return Tensor{std::span<float>(buffers_.back()), cols};
+  }
+  result<Matrix> upload(const kernels::Linear& w) { return &w; }
+  result<Vector> upload(std::span<const float> v) { return v; }
+  result<Table> upload(const kernels::DenseMatrix& t) { return &t; }
+
+  status begin(std::size_t first_pos, std::size_t rows) {
+    kernels::rope_tables(shape_.rope_inv_freq.data(), shape_.head_dim / 2, first_pos, rows,
+                         cos_.data(), sin_.data());
+    return {};
+  }
+
+  status embed(Table table, std::span<const std::int32_t> ids, Tensor x) {
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      table->row(static_cast<std::size_t>(ids[t]), x.data.data() + t * x.cols);
+    return {};
+  }
+
+  void rms_norm(Tensor x, Vector w, Tensor out, std::size_t r0, std::size_t r1) {
+    kernels::rms_norm(x.data.data(), w.data(), out.data.data(), x.cols, r0, r1,
+                      shape_.rms_norm_eps);
+  }
+
+  status linear(Matrix w, Tensor x, Tensor y, std::size_t rows) {
+    return linear_forward(*w, x.data.first(rows * w->k()), rows, y.data, mo_);
+  }
+
+  status linear_group(std::span<const LinearTarget<Cpu>> targets, Tensor x, std::size_t rows) {
+    constexpr std::size_t kMax = 8;
+    if (targets.size() > kMax) {
+      for (const LinearTarget<Cpu>& t : targets)
+        if (auto st = linear(t.w, x, t.y, rows); !st) return st;
+      return {};
+    }
+    LinearOutput outs[kMax];
+    for (std::size_t i = 0; i < targets.size(); ++i) outs[i] = {targets[i].w, targets[i].y.data};
+    return linear_forward_multi(std::span<const LinearOutput>(outs, targets.size()),
+                                x.data.first(rows * x.cols), rows, mo_);
+  }
+
+  void rope(Tensor t, std::size_t rows) {
+    kernels::rope(t.data.data(), rows, t.cols / shape_.head_dim, shape_.head_dim, cos_.data(),
+                  sin_.data());
+  }
+
+  template <cache::KVCache Cache>
+  status attention(Cache& cache, std::size_t layer, std::size_t first_pos, std::size_t rows,
+                   Tensor q, Tensor k, Tensor v, Tensor out) {
+    if (auto st = cache.append(layer, first_pos, rows, std::span<const float>(k.data.first(rows * k.cols)),
+                               std::span<const float>(v.data.first(rows * v.cols)));
+        !st)
+      return st;
+    return cache.attend(layer, std::span<const float>(q.data.first(rows * q.cols)), rows, first_pos,
+                        shape_.heads, out.data.first(rows * q.cols), mo_.pool);
+  }
+
+  void silu_mul(Tensor g, Tensor u, std::size_t rows) {
+    kernels::silu_mul(g.data.data(), u.data.data(), rows * g.cols);
+  }
+
+  void add(Tensor x, Tensor y, std::size_t rows) {
+    kernels::add(x.data.data(), y.data.data(), rows * x.cols);
+  }
+
+  status logits(Matrix w, Tensor x, std::size_t first_row, std::size_t rows,
+                std::span<float> out) {
+    return linear_forward(*w, x.data.subspan(first_row * x.cols, rows * x.cols), rows,
+                          out.first(rows * w->n()), mo_);
+  }
+
+  status finish() { return {}; }
+
+  /// Activations, RoPE tables and the fast path's workspace.
+  std::size_t bytes() const noexcept {
+    std::size_t f = cos_.size() + sin_.size();
+    for (const auto& b : buffers_) f += b.size();
+    return f * sizeof(float) + (workspace_ ? workspace_->capacity() : 0);
+  }
+
+  const kernels::MatmulOptions& matmul_options() const noexcept { return mo_; }
+
+ private:
+  Cpu() = default;
+
+  ModelShape shape_;
+  std::unique_ptr<kernels::Workspace> workspace_;  // fast-path activation scratch
+  kernels::MatmulOptions mo_;                      // pool, path, isa, &*workspace_
+  std::vector<std::vector<float>> buffers_;        // activations, [max_batch][cols] each
+  std::vector<float> cos_, sin_;                   // [max_batch][head_dim / 2]
+};
+
+static_assert(ComputeBackend<Cpu, cache::KVCacheF32>);
+
+}  // namespace edgellm::backend

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dense weight format: a row-major fp32 / fp16 / bf16 matrix, either a view of stored bytes
+// (a tensor in a mapped checkpoint) or owned, aligned memory. The products over it are in
+// kernels/dense_matmul.hpp; the loader (model/weights.hpp) builds them from checkpoint tensors.
+#pragma once
+
+#include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/kernels/dense_matmul.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/formats.hpp"
+#include "edgellm/result.hpp"
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <span>
+#include <string>
+#include <utility>
+
+namespace edgellm::kernels {
+
+inline const char* to_string(DenseType t) noexcept {
+  switch (t) {
+    case DenseType::f32:
+      return "F32";
+    case DenseType::f16:
+      return "F16";
+    case DenseType::bf16:
+      return "BF16";
+  }
+  return "?";
+}
+
+/// A dense row-major matrix W[n][k] of fp32, fp16 or bf16 elements: either a view of stored
+/// bytes (their owner must outlive the view; TransformerWeights keeps the checkpoint open) or
+/// owned, 64-byte aligned memory. Read-only after construction, so it may be shared between
+/// threads.
+class DenseMatrix {
+ public:
+  DenseMatrix() = default;
+
+  /// Wraps `bytes` (n * k elements of `type`, row-major) without copying. Bytes at an address
+  /// that is not a multiple of the element size (tensors of old writers) are copied into owned
+  /// memory. `what` names the matrix in errors.
+  static result<DenseMatrix> view(DenseType type, std::size_t n, std::size_t k,
+                                  std::span<const std::byte> bytes, const std::string& what) {
+    DenseMatrix m;
+    if (auto st = m.set_shape(type, n, k, bytes.size(), what); !st) return st.error();
+    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % dense_element_size(type) == 0) {
+      m.data_ = bytes.data();
+      return m;
+    }
+    m.owned_ = allocate(bytes.size(), false);
+    if (!m.owned_) return no_memory("DenseMatrix::view", what, bytes.size());
+    std::memcpy(m.owned_.get(), bytes.data(), bytes.size());
+    m.data_ = m.owned_.get();
+    return m;
+  }
+
+  /// An owned copy of `bytes` (see view()), for weights streamed every token: large copies sit
+  /// on 2 MiB pages where the kernel allows (a file mapping uses 4 KiB pages, which stream
+  /// slower).
+  static result<DenseMatrix> copy_of(DenseType type, std::size_t n, std::size_t k,
+                                     std::span<const std::byte> bytes, const std::string& what) {
+    DenseMatrix m;
+    if (auto st = m.set_shape(type, n, k, bytes.size(), what); !st) return st.error();
+    m.owned_ = allocate(bytes.size(), true);
+    if (!m.owned_) return no_memory("DenseMatrix::copy_of", what, bytes.size());
+    std::memcpy(m.owned_.get(), bytes.data(), bytes.size());
+    m.data_ = m.owned_.get();
+    return m;
+  }
+
+  /// An owned fp32 matrix [n][k] from row-major values (values.size() == n * k).
+  static result<DenseMatrix> from_f32(std::span<const float> values, std::size_t n, std::size_t k) {
+    if (values.size() != n * k || n == 0 || k == 0) {
+      return make_error(errc::shape_mismatch, "DenseMatrix::from_f32",
+                        "values: size " + std::to_string(values.size()) +
+                            " != n * k = " + std::to_string(n) + " * " + std::to_string(k));
+    }
+    DenseMatrix m;
+    m.type_ = DenseType::f32;
+    m.n_ = n;
+    m.k_ = k;
+    m.owned_ = allocate(n * k * sizeof(float), false);
+    if (!m.owned_) return no_memory("DenseMatrix::from_f32", "values", n * k * sizeof(float));
+    std::memcpy(m.owned_.get(), values.data(), n * k * sizeof(float));
+    m.data_ = m.owned_.get();
+    return m;
+  }
+
+  std::size_t n() const noexcept { return n_; }  ///< rows (outputs)
+  std::size_t k() const noexcept { return k_; }  ///< columns (inputs)
+  DenseType type() const noexcept { return type_; }
+  bool empty() const noexcept { return data_ == nullptr; }
+  std::size_t element_size() const noexcept { return dense_element_size(type_); }
+  /// The stored elements, [n][k] row-major.
+  const std::byte* data() const noexcept { return data_; }
+  /// Bytes of owned memory (0 for a view of a mapped file).
+  std::size_t owned_bytes() const noexcept { return owned_ ? n_ * k_ * element_size() : 0; }
+
+  /// Elements [c0, c0 + count) of row r as fp32 (exact): a pointer into the matrix for fp32,
+  /// else converted into `buf` (count floats) and `buf` returned.
+  const float* row_chunk(std::size_t r, std::size_t c0, std::size_t count,
+                         float* buf) const noexcept {
+    const std::size_t at = r * k_ + c0;
+    switch (type_) {
+      case DenseType::f32:
+        return reinterpret_cast<const float*>(data_) + at;
+      case DenseType::f16: {
+        const auto* p = reinterpret_cast<const std::uint16_t*>(data_) + at;
+        std::size_t i = 0;  // fixed-length blocks: vectorised at -O2 too
+        for (; i + 16 <= count; i += 16)
+          for (std::size_t l = 0; l < 16; ++l) buf[i + l] = f16_to_f32_branchless(p[i + l]);
+        for (; i < count; ++i) buf[i] = f16_to_f32_branchless(p[i]);
+        return buf;
+      }
+      case DenseType::bf16: {
+        const auto* p = reinterpret_cast<const std::uint16_t*>(data_) + at;
+        std::size_t i = 0;
+        for (; i + 16 <= count; i += 16)
+          for (std::size_t l = 0; l < 16; ++l)
+            buf[i + l] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i + l]) << 16);
+        for (; i < count; ++i)
+          buf[i] = std::bit_cast<float>(static_cast<std::uint32_t>(p[i]) << 16);
+        return buf;
+      }
+    }
+    return buf;
+  }
+
+  /// Row r as fp32 into out[k] (an embedding lookup).
+  void row(std::size_t r, float* out) const noexcept {
+    const float* p = row_chunk(r, 0, k_, out);
+    if (p != out) std::memcpy(out, p, k_ * sizeof(float));
+  }
+
+ private:
+  status set_shape(DenseType type, std::size_t n, std::size_t k, std::size_t bytes,
+                   const std::string& what) {
+    if (n == 0 || k == 0 || bytes != n * k * dense_element_size(type)) {
+      return make_error(errc::shape_mismatch, "DenseMatrix",
+                        what + ": " + std::to_string(bytes) + " bytes for [" + std::to_string(n) +
+                            ", " + std::to_string(k) + "] " + to_string(type));
+    }
+    type_ = type;
+    n_ = n;
+    k_ = k;
+    return {};
+  }
+
+  static edgellm::detail::AlignedBuffer allocate(std::size_t bytes, bool streamed) noexcept {
+    return edgellm::detail::allocate_aligned(bytes, streamed ? edgellm::detail::MemoryUse::streamed
+                                                             : edgellm::detail::MemoryUse::plain);
+  }
+
+  static error no_memory(std::string_view where, const std::string& what, std::size_t bytes) {
+    return make_error(errc::capacity_exceeded, where,
+                      what + ": cannot allocate " + std::to_string(bytes) + " bytes");
+  }
+
+  DenseType type_ = DenseType::f32;
+  std::size_t n_ = 0, k_ = 0;
+  const std::byte* data_ = nullptr;
+  edgellm::detail::AlignedBuffer owned_;
+};
+
+}  // namespace edgellm::kernels

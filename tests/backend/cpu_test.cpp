@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tests for edgellm/backend/cpu.hpp: the dense matmul driver, linear_forward(_multi) against
+// the kernels they dispatch to, and the Cpu backend's ops against the kernels they wrap.
+#include "edgellm/backend/cpu.hpp"
+
+#include "edgellm/cache/quantized_kv_cache.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/reference.hpp"
+#include "support/q4_fixtures.hpp"
+#include "support/test_util.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace {
+
+using edgellm::ThreadPool;
+using edgellm::backend::Cpu;
+using edgellm::backend::dense_matmul;
+using edgellm::backend::linear_forward;
+using edgellm::backend::linear_forward_multi;
+using edgellm::backend::LinearOutput;
+using edgellm::kernels::DenseMatrix;
+using edgellm::kernels::DenseType;
+using edgellm::kernels::Linear;
+using edgellm::kernels::MatmulOptions;
+using edgellm::kernels::MatmulPath;
+
+static_assert(edgellm::backend::ComputeBackend<Cpu, edgellm::cache::KVCacheF32>);
+static_assert(edgellm::backend::ComputeBackend<Cpu, edgellm::cache::KVCacheF16>);
+static_assert(edgellm::backend::ComputeBackend<Cpu, edgellm::cache::KVCacheQ8>);
+
+// fp32 matrix bits in a DenseMatrix of `type` (values must be representable in it).
+DenseMatrix make_dense(const std::vector<float>& w, std::size_t n, std::size_t k, DenseType type,
+                       std::vector<std::uint16_t>& storage) {
+  if (type == DenseType::f32) {
+    auto m = DenseMatrix::from_f32(w, n, k);
+    REQUIRE(m);
+    return std::move(*m);
+  }
+  storage.resize(n * k);
+  for (std::size_t i = 0; i < n * k; ++i) {
+    storage[i] = type == DenseType::f16 ? edgellm::kernels::f32_to_f16(w[i])
+                                        : edgellm::kernels::f32_to_bf16(w[i]);
+  }
+  auto m = DenseMatrix::view(type, n, k, std::as_bytes(std::span(storage)), "w");
+  REQUIRE(m);
+  return std::move(*m);
+}
+
+}  // namespace
+
+TEST_CASE("dense_matmul matches a double-precision product", "[backend]") {
+  const DenseType type = GENERATE(DenseType::f32, DenseType::f16, DenseType::bf16);
+  const std::size_t k = GENERATE(std::size_t{7}, std::size_t{64}, std::size_t{1037});
+  const std::size_t n = 19;
+  auto rng = edgellm::test::make_rng(k);
+  auto w = edgellm::test::random_floats(rng, n * k);
+  // Round to the storage type so that the double reference sees the same weights.
+  for (float& v : w) {
+    if (type == DenseType::f16) v = edgellm::kernels::f16_to_f32(edgellm::kernels::f32_to_f16(v));
+    if (type == DenseType::bf16)
+      v = edgellm::kernels::bf16_to_f32(edgellm::kernels::f32_to_bf16(v));
+  }
+  std::vector<std::uint16_t> storage;
+  const DenseMatrix d = make_dense(w, n, k, type, storage);
+  REQUIRE(d.type() == type);
+  const auto bias = edgellm::test::random_floats(rng, n);
+  const std::size_t m_max = 70;  // more than one 64-row block
+  const auto x = edgellm::test::random_floats(rng, m_max * k);
+  std::vector<float> y(m_max * n);
+  REQUIRE(dense_matmul(d, x, m_max, y, bias, nullptr));
+  // Error of an fp32 dot product of k terms (16 partial sums, then a tree): <= (k/16 + 6) u sum|w
+  // x|.
+  const double u = std::ldexp(1.0, -24);
+  for (std::size_t i = 0; i < m_max; ++i) {
+    for (std::size_t r = 0; r < n; ++r) {
+      double ref = bias[r], mag = std::fabs(bias[r]);
+      for (std::size_t c = 0; c < k; ++c) {
+        ref += static_cast<double>(x[i * k + c]) * w[r * k + c];
+        mag += std::fabs(static_cast<double>(x[i * k + c]) * w[r * k + c]);
+      }
+      REQUIRE(std::fabs(y[i * n + r] - ref) <= (static_cast<double>(k) / 16 + 8) * u * mag);
+    }
+  }
+  // The same bits for any m and thread count.
+  auto pool = ThreadPool::create(3);
+  REQUIRE(pool);
+  for (std::size_t m : {std::size_t{1}, std::size_t{3}, m_max}) {
+    std::vector<float> y2(m * n);
+    REQUIRE(dense_matmul(d, std::span(x).first(m * k), m, y2, bias, pool->get()));
+    REQUIRE(std::equal(y2.begin(), y2.end(), y.begin()));
+  }
+  // Argument errors.
+  CHECK_FALSE(dense_matmul(d, std::span(x).first(k - 1), 1, y, bias, nullptr));
+  CHECK_FALSE(dense_matmul(d, x, 1, y, std::span(bias).first(n - 1), nullptr));
+}
+
+TEST_CASE("linear_forward(_multi): the kernels' bits, grouped or not", "[backend]") {
+  const MatmulPath path = GENERATE(MatmulPath::exact, MatmulPath::fast);
+  const std::size_t m = GENERATE(std::size_t{1}, std::size_t{5});
+  auto rng = edgellm::test::make_rng(41 + m);
+  const std::size_t k = 256, G = 128;
+  Linear a, b, c;
+  a.q4 = edgellm::test::random_q4(rng, 48, k, G);
+  a.bias = edgellm::test::random_floats(rng, 48);
+  b.q4 = edgellm::test::random_q4(rng, 16, k, G);
+  auto dense = DenseMatrix::from_f32(edgellm::test::random_floats(rng, 16 * k), 16, k);
+  REQUIRE(dense);
+  c.dense = std::move(*dense);
+  const auto x = edgellm::test::random_floats(rng, m * k);
+  edgellm::kernels::Workspace ws;
+  MatmulOptions mo;
+  mo.path = path;
+  mo.workspace = &ws;
+
+  // One int4 linear: what gemv (m = 1) or gemm computes.
+  std::vector<float> ya(m * 48), want(m * 48);
+  REQUIRE(linear_forward(a, x, m, ya, mo));
+  if (m == 1) {
+    REQUIRE(edgellm::kernels::gemv(a.q4, x, want, a.bias, mo));
+  } else {
+    REQUIRE(edgellm::kernels::gemm(a.q4, x, m, want, a.bias, mo));
+  }
+  CHECK(ya == want);
+  // A dense one: dense_matmul.
+  std::vector<float> yc(m * 16), wantc(m * 16);
+  REQUIRE(linear_forward(c, x, m, yc, mo));
+  REQUIRE(dense_matmul(c.dense, x, m, wantc, {}, nullptr));
+  CHECK(yc == wantc);
+
+  // Grouped (all int4) and mixed (falls back to one call each): the same bits as separate calls.
+  std::vector<float> ga(m * 48), gb(m * 16), gc(m * 16), yb(m * 16);
+  REQUIRE(linear_forward(b, x, m, yb, mo));
+  const LinearOutput grouped[] = {{&a, ga}, {&b, gb}};
+  REQUIRE(linear_forward_multi(grouped, x, m, mo));
+  CHECK(ga == ya);
+  CHECK(gb == yb);
+  std::fill(ga.begin(), ga.end(), 0.0f);
+  const LinearOutput mixed[] = {{&a, ga}, {&c, gc}};
+  REQUIRE(linear_forward_multi(mixed, x, m, mo));
+  CHECK(ga == ya);
+  CHECK(gc == yc);
+}
+
+TEST_CASE("Cpu backend: ops are the kernels' on its own buffers", "[backend]") {
+  edgellm::backend::ModelShape shape;
+  shape.hidden = 16;
+  shape.intermediate = 32;
+  shape.heads = 2;
+  shape.kv_heads = 1;
+  shape.head_dim = 8;
+  shape.vocab = 10;
+  shape.max_batch = 3;
+  shape.rms_norm_eps = 1e-5f;
+  shape.rope_inv_freq = {1.0f, 0.1f, 0.01f, 0.001f};
+  auto b = Cpu::create(shape, {});
+  REQUIRE(b);
+  auto x = b->activation(16);
+  auto y = b->activation(16);
+  REQUIRE(x);
+  REQUIRE(y);
+  CHECK(x->data.size() == 3 * 16);
+  CHECK(b->bytes() >= (2 * 3 * 16 + 2 * 3 * 4) * sizeof(float));
+
+  auto rng = edgellm::test::make_rng(7);
+  const auto xs = edgellm::test::random_floats(rng, 3 * 16);
+  const auto w = edgellm::test::random_floats(rng, 16);
+  std::copy(xs.begin(), xs.end(), x->data.begin());
+  b->rms_norm(*x, w, *y, 1, 3);
+  std::vector<float> want(3 * 16, 0.0f);
+  edgellm::kernels::rms_norm(xs.data(), w.data(), want.data(), 16, 1, 3, 1e-5f);
+  CHECK(std::equal(want.begin() + 16, want.end(), y->data.begin() + 16));
+
+  // RoPE of rows at positions 5, 6 on the q layout [rows][2 heads][8].
+  auto q = b->activation(16);
+  REQUIRE(q);
+  std::copy(xs.begin(), xs.end(), q->data.begin());
+  REQUIRE(b->begin(5, 2));
+  b->rope(*q, 2);
+  std::vector<float> cs(2 * 4), sn(2 * 4), r(xs.begin(), xs.begin() + 32);
+  edgellm::kernels::rope_tables(shape.rope_inv_freq.data(), 4, 5, 2, cs.data(), sn.data());
+  edgellm::kernels::rope(r.data(), 2, 2, 8, cs.data(), sn.data());
+  CHECK(std::equal(r.begin(), r.end(), q->data.begin()));
+
+  // Unsupported ISA on the fast path: refused at creation.
+  for (auto isa : {edgellm::kernels::Isa::avx2, edgellm::kernels::Isa::avx512_vnni,
+                   edgellm::kernels::Isa::neon_dotprod}) {
+    if (edgellm::kernels::isa_supported(isa)) continue;
+    edgellm::backend::Options o;
+    o.isa = isa;
+    CHECK_FALSE(Cpu::create(shape, o));
+  }
+  REQUIRE(b->finish());
+}
