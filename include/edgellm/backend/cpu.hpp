@@ -4,6 +4,7 @@
 #pragma once
 
 #include "edgellm/backend/backend.hpp"
+#include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"

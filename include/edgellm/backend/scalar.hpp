@@ -6,7 +6,9 @@
 
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/cache/attention.hpp"
+#include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/cache/reference_attention.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/elementwise.hpp"

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The packed-weight cache: every int4 matrix of a loaded model in kernels::Q4Matrix's tile layout,
 // written once beside the checkpoint and memory-mapped by later loads instead of importing and
-// repacking the AutoAWQ tensors again (a Qwen2-7B checkpoint: about a minute of repacking on two
-// cores, versus mapping and checking 3.5 GB of tiles).
+// repacking the AutoAWQ tensors again (for a 7B checkpoint: mapping and checking its tiles instead
+// of a minute or more of repacking; docs/performance.md).
 #pragma once
 
 #include "edgellm/detail/bytes.hpp"
@@ -166,7 +166,7 @@ class PackedCacheReader {
         if (!m || m->byte_size() != e.bytes) return std::nullopt;
         // Copy and checksum in 1 MiB pieces, the checksum reading each piece while it is cached,
         // and drop each mapped piece once copied, so resident memory grows by the copy only
-        // (Qwen2-7B copied: peak RSS 9.4 GB with the mapped pages kept, 5.9 GB without).
+        // (otherwise the copied model is resident twice at the peak; docs/performance.md).
         edgellm::detail::LaneChecksum64 c;
         constexpr std::size_t kPiece = std::size_t{1} << 20;
         std::byte* dst = m->mutable_data();

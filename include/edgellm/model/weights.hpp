@@ -72,10 +72,10 @@ struct LoadOptions {
   std::string packed_cache;
   /// With packed_cache: copy the int4 matrices out of the mapped file into owned memory (2 MiB
   /// pages where the kernel allows) instead of using them in place, and an unquantised lm_head
-  /// out of the checkpoint likewise. Loading reads and writes them once more (Qwen2-7B: 2 s ->
-  /// 11.6 s here, most of it the kernel's first touch of fresh pages), and the weights count as
-  /// owned memory; decoding then streams them faster, since a file mapping uses 4 KiB pages
-  /// (Qwen2-7B, 2 threads on this 2-core host: 5.8-5.9 tokens/s in place, 10.1 copied).
+  /// out of the checkpoint likewise. Loading reads and writes them once more (most of it the
+  /// kernel's first touch of fresh pages), and the weights count as owned memory; decoding may
+  /// then stream them faster where a file mapping's 4 KiB pages cost TLB misses (measured in
+  /// docs/performance.md, "Loading").
   bool packed_cache_copy = false;
 };
 
@@ -351,7 +351,7 @@ class WeightLoader {
     if (!u) return tensor_error(u.error().code, prefix + ".qweight", u.error().message);
     Linear lin;
     if (opts_.fp32_reference) {
-      // AutoAWQ's dequantisation: one rounding of (q - z) * s to fp16 (formats.md 1.3).
+      // AutoAWQ's dequantisation: one rounding of (q - z) * s to fp16 (docs/formats.md 1.3).
       std::vector<float> w(n * k);
       for (std::size_t r = 0; r < n; ++r)
         for (std::size_t c = 0; c < k; ++c)

@@ -21,7 +21,7 @@ struct ByteLevelTables {
 };
 
 /// Bytes 0x21-0x7E, 0xA1-0xAC and 0xAE-0xFF map to the code point of the same value; the other
-/// 68 bytes, in increasing order, map to U+0100..U+0143 (formats.md §4.1).
+/// 68 bytes, in increasing order, map to U+0100..U+0143 (docs/formats.md §4.1).
 constexpr ByteLevelTables make_byte_level_tables() {
   ByteLevelTables t{};
   for (auto& c : t.cp_to_byte) c = -1;
