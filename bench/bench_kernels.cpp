@@ -27,7 +27,8 @@ namespace {
 constexpr std::string_view kUsage =
     "  --op gemv|gemm|all        which kernels (default all)\n"
     "  --path exact|fast|all     which paths (default all)\n"
-    "  --isa best|generic|avx2|avx_vnni|avx512_vnni|neon_dotprod|all   fast-path microkernels (default best)\n"
+    "  --isa best|generic|avx2|avx_vnni|avx512_vnni|neon|neon_dotprod|neon_i8mm|all\n"
+    "                            fast-path microkernels (default best)\n"
     "  --gemv N,K                one GEMV shape instead of the Qwen2-7B decode sweep\n"
     "  --rows LIST               activation rows over the GEMV working set (default 1): m > 1\n"
     "                            runs GEMM there (op gemm_sweep), as speculative verification\n"
@@ -115,11 +116,11 @@ int main(int argc, char** argv) {
   if (path_arg == "fast" || path_arg == "all") paths.push_back(MatmulPath::fast);
   std::vector<Isa> isas;
   if (isa_arg == "all") {
-    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod})
+    for (Isa i : kAllIsas)
       if (isa_supported(i)) isas.push_back(i);
   } else {
     Isa chosen = best_isa();
-    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod})
+    for (Isa i : kAllIsas)
       if (isa_arg == isa_name(i)) chosen = i;
     if (!isa_supported(chosen)) {
       bench::note("--isa {}: not supported on this CPU", isa_arg);
