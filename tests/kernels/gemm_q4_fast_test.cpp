@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/kernels/reference.hpp"
@@ -131,6 +133,13 @@ TEST_CASE("fast path: non-finite activations make the outputs NaN", "[kernels][f
   o.path = MatmulPath::fast;
   REQUIRE(gemv(w, x, y, {}, o));
   for (float v : y) REQUIRE(std::isnan(v));
+}
+
+TEST_CASE("runtime dispatch picks the microkernel the CPU calls for", "[kernels][fast]") {
+  WARN("best microkernel on this CPU: " << isa_name(best_isa()));
+  // Set by ctest where it knows the CPU (the arm64 suite under QEMU's CPU models).
+  if (const char* want = std::getenv("EDGELLM_EXPECT_BEST_ISA"); want && *want)
+    REQUIRE(std::string(isa_name(best_isa())) == want);
 }
 
 TEST_CASE("runtime dispatch falls back and refuses unsupported levels", "[kernels][fast]") {
