@@ -68,11 +68,14 @@ dispatch_report() {
   awk '
     /^[0-9]+\/[0-9]+ Testing: / { flush(); name = $3; best = ""; checked = ""; rows = "" }
     match($0, /best microkernel on this CPU: [a-z0-9_]+/) { best = substr($0, RSTART + 30, RLENGTH - 30) }
+    /^# best_isa=/ { best = substr($0, 12) }
     match($0, /checking microkernel [a-z0-9_]+/) { checked = checked " " substr($0, RSTART + 21, RLENGTH - 21) }
     /^(gemv|gemm)[a-z_]*\t/ { split($0, f, "\t"); if (f[3] == "fast" && index(rows, " " f[4] " ") == 0) rows = rows " " f[4] " " }
     function flush() {
+      gsub(/ +/, " ", rows)
       if (name != "" && (best != "" || checked != "" || rows != ""))
-        printf "  %-28s best: %-13s checked:%s%s\n", name, best, checked, rows == "" ? "" : "  bench rows:" rows
+        printf "  %-28s best: %-13s%s%s\n", name, best, checked == "" ? "" : " checked:" checked,
+               rows == "" ? "" : " bench rows:" rows
     }
     END { flush() }' "$log"
 }
