@@ -64,7 +64,7 @@ run_ctest() {  # run_ctest <preset>: ctest with the preset, adding its counts to
 dispatch_report() {
   local log="build/$1/Testing/Temporary/LastTest.log"
   [ -f "$log" ] || return 0
-  echo "=== $1: microkernels by CPU model"
+  echo "=== $1: microkernels by CPU model (entries without @<model> ran on the default, -cpu max)"
   awk '
     /^[0-9]+\/[0-9]+ Testing: / { flush(); name = $3; best = ""; checked = ""; rows = "" }
     match($0, /best microkernel on this CPU: [a-z0-9_]+/) { best = substr($0, RSTART + 30, RLENGTH - 30) }
