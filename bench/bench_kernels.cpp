@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       {
           flag::string({"--op"}, "gemv|gemm|all", "which kernels", op),
           flag::string({"--path"}, "exact|fast|all", "which paths", path_arg),
-          flag::string({"--isa"}, "best|generic|avx2|avx_vnni|avx512_vnni|neon_dotprod|all",
+          flag::string({"--isa"}, "best|generic|avx2|avx_vnni|avx512_vnni|neon|neon_dotprod|neon_i8mm|all",
                        "fast-path microkernels", isa_arg),
           flag::list<std::size_t>({"--gemv"}, "N,K",
                                   "one GEMV shape instead of the Qwen2-7B decode sweep",
@@ -92,11 +92,11 @@ int main(int argc, char** argv) {
   if (path_arg == "fast" || path_arg == "all") paths.push_back(MatmulPath::fast);
   std::vector<Isa> isas;
   if (isa_arg == "all") {
-    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod})
+    for (Isa i : kAllIsas)
       if (isa_supported(i)) isas.push_back(i);
   } else {
     Isa chosen = best_isa();
-    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx_vnni, Isa::avx512_vnni, Isa::neon_dotprod})
+    for (Isa i : kAllIsas)
       if (isa_arg == isa_name(i)) chosen = i;
     if (!isa_supported(chosen)) {
       bench::note("--isa {}: not supported on this CPU", isa_arg);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <edgellm/config.hpp>
+#include <edgellm/detail/cpu_topology.hpp>
 #include <edgellm/io/json_write.hpp>
 
 #include <fmt/format.h>
@@ -364,6 +365,11 @@ inline std::vector<std::pair<std::string, std::string>> default_metadata() {
       {"features", features.empty() ? std::string("none") : features},
       {"cpu", cpu_model()},
       {"hardware_threads", std::to_string(std::thread::hardware_concurrency())},
+      {"performance_cores", [] {  // big.LITTLE: the default thread count (thread_pool.hpp)
+         const auto t = edgellm::detail::read_cpu_topology();
+         return fmt::format("{} of {} online ({}{})", t.performance.size(), t.online.size(),
+                            t.source, t.heterogeneous() ? ", big.LITTLE" : "");
+       }()},
       {"date", date},
   };
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The CI suite: host release build + all tests (unit, header checks, packaging, bench smoke),
-# then ASan/UBSan unit tests, then the arm64 cross build with its tests under qemu-aarch64.
+# then ASan/UBSan unit tests, then the arm64 cross build with its tests under qemu-aarch64 (all
+# on -cpu max; the kernel and model groups also on cortex-a53 and cortex-a76, so each run-time
+# dispatch branch runs), then the static arm64 benches and edgellm-generate run under qemu
+# without a sysroot.
 # Each preset runs configure -> build -> ctest; a failure skips the rest of that preset only.
 # The last line sums ctest's test counts over all presets as "test.sh: N passed, M failed"; a
 # configure or build that failed counts as one failed test. Exit status: 0 only if all passed.
@@ -16,7 +19,7 @@ if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null 2>&1; then
   export CMAKE_GENERATOR=Ninja
 fi
 
-presets=(${EDGELLM_TEST_PRESETS:-release asan aarch64})
+presets=(${EDGELLM_TEST_PRESETS:-release asan aarch64 aarch64-static})
 passed=0
 failed=0
 summary=()
@@ -55,10 +58,51 @@ run_ctest() {  # run_ctest <preset>: ctest with the preset, adding its counts to
   return "$rc"
 }
 
+# The arm64 suite's record of the run-time dispatch: per ctest entry (one per emulated CPU
+# model), the microkernel picked as best and the ones checked against the scalar twin, and the
+# isa column of the kernel bench rows.
+dispatch_report() {
+  local log="build/$1/Testing/Temporary/LastTest.log"
+  [ -f "$log" ] || return 0
+  echo "=== $1: microkernels by CPU model (entries without @<model> ran on the default, -cpu max)"
+  awk '
+    /^[0-9]+\/[0-9]+ Testing: / { flush(); name = $3; best = ""; checked = ""; rows = "" }
+    match($0, /best microkernel on this CPU: [a-z0-9_]+/) { best = substr($0, RSTART + 30, RLENGTH - 30) }
+    /^# best_isa=/ { best = substr($0, 12) }
+    match($0, /checking microkernel [a-z0-9_]+/) { checked = checked " " substr($0, RSTART + 21, RLENGTH - 21) }
+    /^(gemv|gemm)[a-z_]*\t/ { split($0, f, "\t"); if (f[3] == "fast" && index(rows, " " f[4] " ") == 0) rows = rows " " f[4] " " }
+    function flush() {
+      gsub(/ +/, " ", rows)
+      if (name != "" && (best != "" || checked != "" || rows != ""))
+        printf "  %-28s best: %-13s%s%s\n", name, best, checked == "" ? "" : " checked:" checked,
+               rows == "" ? "" : " bench rows:" rows
+    }
+    END { flush() }' "$log"
+}
+
+# A static arm64 build runs under qemu with no -L (no sysroot): what a device gets by adb push.
+static_smoke() {
+  local bin="build/$1/bin" qemu
+  qemu=$(command -v qemu-aarch64-static || command -v qemu-aarch64) || return 1
+  "$qemu" -cpu max "$bin/edgellm-bench-kernels" --quick --path fast --isa all &&
+    "$qemu" -cpu cortex-a53 "$bin/edgellm-generate" -n 4 --greedy >/dev/null &&
+    "$qemu" -cpu max "$bin/edgellm-bench" --quick --no-lock \
+      -m tests/data/model/qwen2-awq-gemm
+}
+
 for preset in "${presets[@]}"; do
   if stage "${preset} configure" cmake --preset "$preset" &&
      stage "${preset} build" cmake --build --preset "$preset"; then
-    stage "${preset} ctest" run_ctest "$preset"
+    if [ "$preset" = aarch64-static ]; then  # no tests in this build: run the binaries
+      if stage "${preset} run" static_smoke "$preset"; then
+        passed=$((passed + 1))
+      else
+        failed=$((failed + 1))
+      fi
+    else
+      stage "${preset} ctest" run_ctest "$preset"
+      case "$preset" in aarch64*) dispatch_report "$preset" ;; esac
+    fi
   else
     failed=$((failed + 1))
   fi

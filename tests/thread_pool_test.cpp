@@ -113,3 +113,31 @@ TEST_CASE("ThreadPool::run may be called from several application threads", "[th
   for (auto& t : apps) t.join();
   REQUIRE(total.load() == 3 * 300 * 10);
 }
+
+TEST_CASE("ThreadPool pins its workers when asked, and the caller only by pin_current_thread",
+          "[thread_pool]") {
+  REQUIRE(pin_current_thread({}));  // an empty set: nothing to do
+  REQUIRE(default_thread_count() >= 1);
+#if defined(__linux__)
+  cpu_set_t before;
+  REQUIRE(sched_getaffinity(0, sizeof(before), &before) == 0);
+  unsigned first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &before)) ++first;
+  REQUIRE(first < CPU_SETSIZE);
+  auto pool = ThreadPool::create(3, ThreadPoolOptions{{first}});
+  REQUIRE(pool);
+  std::vector<int> pinned(3, -1);
+  (*pool)->run([&](std::size_t t, std::size_t) {
+    cpu_set_t s;
+    if (sched_getaffinity(0, sizeof(s), &s) == 0)
+      pinned[t] = CPU_COUNT(&s) == 1 && CPU_ISSET(first, &s) ? 1 : 0;
+  });
+  REQUIRE(pinned[1] == 1);
+  REQUIRE(pinned[2] == 1);
+  cpu_set_t after;
+  REQUIRE(sched_getaffinity(0, sizeof(after), &after) == 0);
+  REQUIRE(CPU_EQUAL(&before, &after));  // the calling thread is the application's
+  const unsigned too_big = CPU_SETSIZE;
+  REQUIRE_FALSE(pin_current_thread(std::span<const unsigned>(&too_big, 1)));
+#endif
+}

@@ -4,7 +4,9 @@
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
 // Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
 #include "edgellm/session.hpp"
+#include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/split.hpp"
+#include "edgellm/thread_pool.hpp"
 
 #include <fmt/format.h>
 
@@ -36,7 +38,9 @@ generates from the bundled model (models/kjv-target-awq) with a fixed prompt.
 model:
   --model DIR            checkpoint directory (default: the bundled KJV model)
   --fp32-reference       dense fp32 weights and math (slow; for checking against PyTorch)
-  --threads N            threads for matmuls and attention (default 2)
+  --threads N            threads for matmuls and attention (default 2; on a big.LITTLE CPU
+                         the performance cores)
+  --pin                  pin the threads to the performance cores (sched_setaffinity)
   --context N            context size in tokens (default: min(model maximum, 4096))
   --kv-type T            KV cache storage: int8, f16 or f32 (default int8: half the memory of
                          f16, keys/values quantised per position and head)
@@ -83,12 +87,19 @@ output:
 Exit status: 0 on success, 1 on a runtime error (bad model, prompt, ...), 2 on bad arguments.
 )";
 
+// 2 threads (on a uniform machine, unchanged), or the performance cores of a big.LITTLE CPU:
+// a thread on a little core would hold up every fork-join.
+std::size_t default_threads() {
+  const auto topology = edgellm::detail::read_cpu_topology();
+  return topology.heterogeneous() ? topology.performance.size() : 2;
+}
+
 struct Args {
   std::string model, prompt = "And God said", system;
   std::vector<std::int32_t> prompt_ids;
   bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
-  bool ignore_eos = false;
-  std::size_t threads = 2, context = 0, max_tokens = 128;
+  bool ignore_eos = false, pin = false;
+  std::size_t threads = default_threads(), context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
   std::string prompt_cache;
   std::string packed_cache;
@@ -166,6 +177,8 @@ int parse_args(int argc, char** argv, Args& a) {
       a.ignore_eos = true;
     } else if (arg == "--greedy") {
       a.sampling.temperature = 0.0f;
+    } else if (arg == "--pin") {
+      a.pin = true;
     } else if (arg == "--threads") {
       rc = num(a.threads, "N", 1, 1024);
     } else if (arg == "--context") {
@@ -360,7 +373,7 @@ int main(int argc, char** argv) {
   EngineOptions eo;
   eo.load.fp32_reference = a.fp32_reference;
   eo.load.packed_cache = a.packed_cache;
-  eo.threads = a.threads;
+  eo.threads = a.pin ? 1 : a.threads;
   auto engine = Engine::load(a.model, eo);
   if (!engine) return fail(engine.error().message);
   const Engine& e = **engine;
@@ -370,6 +383,17 @@ int main(int argc, char** argv) {
                e.load_seconds(), static_cast<double>(e.weights()->owned_bytes()) / 1e6,
                a.fp32_reference ? ", fp32 reference" : "");
 
+  // --pin: this program owns a pool pinned to the performance cores (the calling thread too);
+  // otherwise the Engine's pool of --threads threads serves the session.
+  std::unique_ptr<ThreadPool> pool;
+  if (a.pin) {
+    ThreadPoolOptions pool_options;
+    pool_options.pin_cpus = edgellm::detail::read_cpu_topology().performance;
+    if (auto st = pin_current_thread(pool_options.pin_cpus); !st) return fail(st.error().message);
+    auto p = ThreadPool::create(a.threads, pool_options);
+    if (!p) return fail(p.error().message);
+    pool = std::move(*p);
+  }
   SessionOptions so;
   so.kv_type = a.kv_type;
   so.context_size = a.context;
@@ -384,6 +408,7 @@ int main(int argc, char** argv) {
     if (!draft) return fail("--draft: " + draft.error().message);
     so.draft = std::move(*draft);
   }
+  so.pool = pool.get();  // null: the Engine's pool
   auto session = Session::create(*engine, so);
   if (!session) return fail(session.error().message);
   const int rc = run(a, *session);

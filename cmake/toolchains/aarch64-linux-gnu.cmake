@@ -22,11 +22,15 @@ set(CMAKE_C_COMPILER ${EDGELLM_CROSS_TRIPLE}-gcc)
 set(CMAKE_CXX_COMPILER ${EDGELLM_CROSS_TRIPLE}-g++)
 
 # Run target binaries (ctest, never the build) under QEMU user mode; -cpu max has dotprod, i8mm.
+# CMakeLists.txt adds runs of the kernel and model tests on older CPU models
+# (EDGELLM_QEMU_CPU_MODELS). A static build (-static) needs no -L, but it does no harm.
 find_program(EDGELLM_QEMU_AARCH64 NAMES qemu-aarch64-static qemu-aarch64)
 if(NOT EDGELLM_QEMU_AARCH64)
   set(EDGELLM_QEMU_AARCH64 qemu-aarch64-static)  # Debian: apt-get install qemu-user-static
 endif()
-set(CMAKE_CROSSCOMPILING_EMULATOR "${EDGELLM_QEMU_AARCH64};-L;${EDGELLM_CROSS_SYSROOT};-cpu;max")
+set(EDGELLM_QEMU_CPU max CACHE STRING "qemu-aarch64 -cpu model for ctest")
+set(CMAKE_CROSSCOMPILING_EMULATOR
+    "${EDGELLM_QEMU_AARCH64};-L;${EDGELLM_CROSS_SYSROOT};-cpu;${EDGELLM_QEMU_CPU}")
 
 set(CMAKE_FIND_ROOT_PATH "${EDGELLM_CROSS_SYSROOT}")
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)

@@ -8,14 +8,19 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/result.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
+#if defined(__linux__)
+#include <sched.h>
 #endif
 
 namespace edgellm {
@@ -44,6 +49,46 @@ bool spin_while(Pred&& pred, std::chrono::microseconds budget) noexcept {
 }
 }  // namespace detail
 
+/// The default compute thread count: the performance cores of a big.LITTLE machine (sysfs
+/// cpu_capacity or cpufreq clusters, detail/cpu_topology.hpp), else all hardware threads. A
+/// thread on a little core would make every fork-join wait for it.
+inline std::size_t default_thread_count() {
+  return detail::default_compute_threads(detail::read_cpu_topology(),
+                                         std::thread::hardware_concurrency());
+}
+
+/// Restricts the calling thread to the logical CPUs `cpus` (sched_setaffinity). Linux only;
+/// elsewhere, and for an empty list, it does nothing and succeeds.
+inline status pin_current_thread(std::span<const unsigned> cpus) {
+#if defined(__linux__)
+  if (cpus.empty()) return {};
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (unsigned c : cpus) {
+    if (c >= CPU_SETSIZE) {
+      return make_error(errc::invalid_argument, "pin_current_thread",
+                        "cpus: " + std::to_string(c) + " is beyond CPU_SETSIZE");
+    }
+    CPU_SET(c, &set);
+  }
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return make_error(errc::invalid_argument, "pin_current_thread",
+                      "cpus: sched_setaffinity refused the set (offline or not allowed)");
+  }
+#else
+  (void)cpus;
+#endif
+  return {};
+}
+
+/// How ThreadPool::create places its workers.
+struct ThreadPoolOptions {
+  /// Logical CPUs the workers may run on, e.g. detail::read_cpu_topology().performance; empty
+  /// (the default): wherever the OS puts them. The calling thread is the application's and is
+  /// left alone: pin_current_thread() pins it. A failed pin leaves that worker unpinned.
+  std::vector<unsigned> pin_cpus;
+};
+
 /// Fork-join pool of `size()` threads: the calling thread plus size() - 1 workers that live as
 /// long as the pool. `run(fn)` calls fn(thread_index, size()) once on every thread and returns
 /// when all calls have finished. Work is split statically by the callers (each kernel derives
@@ -58,7 +103,8 @@ bool spin_while(Pred&& pred, std::chrono::microseconds budget) noexcept {
 class ThreadPool {
  public:
   /// Creates a pool of n_threads threads in total (the caller counts as one).
-  static result<std::unique_ptr<ThreadPool>> create(std::size_t n_threads) {
+  static result<std::unique_ptr<ThreadPool>> create(std::size_t n_threads,
+                                                    ThreadPoolOptions options = {}) {
     if (n_threads == 0) {
       return make_error(errc::invalid_argument, "ThreadPool::create",
                         "n_threads: must be at least 1");
@@ -67,7 +113,7 @@ class ThreadPool {
       return make_error(errc::invalid_argument, "ThreadPool::create",
                         "n_threads: " + std::to_string(n_threads) + " is more than 1024");
     }
-    return std::unique_ptr<ThreadPool>(new ThreadPool(n_threads));
+    return std::unique_ptr<ThreadPool>(new ThreadPool(n_threads, std::move(options.pin_cpus)));
   }
 
   ThreadPool(const ThreadPool&) = delete;
@@ -182,12 +228,14 @@ class ThreadPool {
     (*static_cast<F*>(ctx))(t, n);
   }
 
-  explicit ThreadPool(std::size_t n_threads) : ranges_(new Range[n_threads]) {
+  ThreadPool(std::size_t n_threads, std::vector<unsigned> pin_cpus)
+      : pin_cpus_(std::move(pin_cpus)), ranges_(new Range[n_threads]) {
     workers_.reserve(n_threads - 1);
     for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
   }
 
   void worker(std::size_t index) {
+    (void)pin_current_thread(pin_cpus_);
     std::uint64_t seen = 0;
     for (;;) {
       const auto idle = [&] { return generation_.load(std::memory_order_acquire) == seen; };
@@ -203,6 +251,7 @@ class ThreadPool {
   }
 
   static constexpr std::chrono::microseconds kSpinTime{250};
+  std::vector<unsigned> pin_cpus_;  // set before the workers start, then read-only
   std::vector<std::thread> workers_;
   std::mutex run_mutex_;
   Task task_{nullptr, nullptr};

@@ -15,10 +15,16 @@ TEST_CASE("cpu_features is consistent and agrees with the build flags", "[detail
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
   REQUIRE(f.avx512_vnni);
 #endif
-#if defined(__ARM_FEATURE_DOTPROD) && defined(__linux__)
+#if defined(__aarch64__)
+  REQUIRE(f.neon);
+#endif
+#if defined(__ARM_FEATURE_DOTPROD)
   REQUIRE(f.neon_dotprod);
 #endif
-  INFO("avx2 " << f.avx2 << " avx_vnni " << f.avx_vnni << " avx512_vnni " << f.avx512_vnni
-               << " neon_dotprod " << f.neon_dotprod);
+  if (f.neon_i8mm) REQUIRE(f.neon_dotprod);
+  if (f.neon_dotprod) REQUIRE(f.neon);
+  WARN("cpu features: avx2 " << f.avx2 << " avx_vnni " << f.avx_vnni << " avx512_vnni "
+                             << f.avx512_vnni << " neon " << f.neon << " neon_dotprod "
+                             << f.neon_dotprod << " neon_i8mm " << f.neon_i8mm);
   SUCCEED();
 }

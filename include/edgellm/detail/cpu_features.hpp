@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Run-time CPU feature detection for the instruction sets xsimd has no tag for (VNNI, dotprod).
+// Run-time CPU feature detection for the instruction sets xsimd has no tag for (VNNI, dotprod,
+// i8mm).
 #pragma once
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -16,7 +17,9 @@ struct CpuFeatures {
   bool avx2 = false;        ///< AVX2 + FMA + F16C, with YMM state enabled by the OS
   bool avx_vnni = false;    ///< AVX-VNNI (VEX vpdpbusd on ymm), on top of avx2
   bool avx512_vnni = false; ///< AVX-512 F/BW/VL/VNNI, with ZMM state enabled by the OS
-  bool neon_dotprod = false;  ///< Armv8.2 SDOT/UDOT
+  bool neon = false;          ///< AArch64 Advanced SIMD (every arm64 core)
+  bool neon_dotprod = false;  ///< Armv8.2 SDOT/UDOT (FEAT_DotProd)
+  bool neon_i8mm = false;     ///< SMMLA/UMMLA/USMMLA (FEAT_I8MM), on top of neon_dotprod
 };
 
 inline CpuFeatures detect_cpu_features() noexcept {
@@ -41,11 +44,26 @@ inline CpuFeatures detect_cpu_features() noexcept {
   f.avx2 = ymm_state && avx2 && fma && f16c;
   f.avx_vnni = f.avx2 && avxvnni;
   f.avx512_vnni = f.avx2 && zmm_state && avx512f && avx512bw && avx512vl && avx512vnni;
-#elif defined(__aarch64__) && defined(__linux__)
+#elif defined(__aarch64__)
+  f.neon = true;
+#if defined(__linux__)  // Linux and Android: the kernel's hwcaps
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
   f.neon_dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  // Both, so the i8mm kernel may run the SDOT one for a single row (every i8mm core has both).
+  f.neon_i8mm = f.neon_dotprod && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+#else  // no hwcaps to ask: what the binary was compiled for
+#if defined(__ARM_FEATURE_DOTPROD)
+  f.neon_dotprod = true;
+#endif
+#if defined(__ARM_FEATURE_DOTPROD) && defined(__ARM_FEATURE_MATMUL_INT8)
+  f.neon_i8mm = true;
+#endif
+#endif
 #endif
   return f;
 }

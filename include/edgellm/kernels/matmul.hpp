@@ -33,7 +33,8 @@ enum class MatmulPath {
 };
 
 /// Microkernel families of the fast path. `best` picks the fastest the running CPU supports.
-enum class Isa { best, generic, avx2, avx_vnni, avx512_vnni, neon_dotprod };
+/// neon: Armv8.0 SMULL/SADALP; neon_dotprod: SDOT; neon_i8mm: SMMLA (one row runs SDOT).
+enum class Isa { best, generic, avx2, avx_vnni, avx512_vnni, neon, neon_dotprod, neon_i8mm };
 
 inline const char* isa_name(Isa isa) noexcept {
   switch (isa) {
@@ -42,10 +43,17 @@ inline const char* isa_name(Isa isa) noexcept {
     case Isa::avx2: return "avx2";
     case Isa::avx_vnni: return "avx_vnni";
     case Isa::avx512_vnni: return "avx512_vnni";
+    case Isa::neon: return "neon";
     case Isa::neon_dotprod: return "neon_dotprod";
+    case Isa::neon_i8mm: return "neon_i8mm";
   }
   return "?";
 }
+
+/// Every microkernel family (not `best`), slowest first: what tests and benches iterate over.
+inline constexpr Isa kAllIsas[] = {Isa::generic,     Isa::avx2,         Isa::avx_vnni,
+                                   Isa::avx512_vnni, Isa::neon,         Isa::neon_dotprod,
+                                   Isa::neon_i8mm};
 
 /// Whether this build and the running CPU can run the microkernel family.
 inline bool isa_supported(Isa isa) noexcept {
@@ -56,7 +64,9 @@ inline bool isa_supported(Isa isa) noexcept {
     case Isa::avx2: return EDGELLM_X86_MICROKERNELS && f.avx2;
     case Isa::avx_vnni: return EDGELLM_X86_MICROKERNELS && f.avx_vnni;
     case Isa::avx512_vnni: return EDGELLM_X86_MICROKERNELS && f.avx512_vnni;
-    case Isa::neon_dotprod: return EDGELLM_NEON_DOTPROD && f.neon_dotprod;
+    case Isa::neon: return EDGELLM_NEON_MICROKERNELS && f.neon;
+    case Isa::neon_dotprod: return EDGELLM_NEON_MICROKERNELS && f.neon_dotprod;
+    case Isa::neon_i8mm: return EDGELLM_NEON_MICROKERNELS && f.neon_i8mm;
   }
   return false;
 }
@@ -64,7 +74,8 @@ inline bool isa_supported(Isa isa) noexcept {
 /// The fastest supported family, checked at run time: a binary built on a newer CPU falls
 /// back on an older one instead of dying with an illegal instruction.
 inline Isa best_isa() noexcept {
-  for (Isa isa : {Isa::avx512_vnni, Isa::avx_vnni, Isa::avx2, Isa::neon_dotprod})
+  for (Isa isa : {Isa::avx512_vnni, Isa::avx_vnni, Isa::avx2, Isa::neon_i8mm, Isa::neon_dotprod,
+                  Isa::neon})
     if (isa_supported(isa)) return isa;
   return Isa::generic;
 }
@@ -246,8 +257,10 @@ status run_products(std::string_view where, std::span<const Product> products, c
     case Isa::avx_vnni: with_group(std::type_identity<arch::Q4FastMicroAvxVnni>{}); break;
     case Isa::avx2: with_group(std::type_identity<arch::Q4FastMicroAvx2>{}); break;
 #endif
-#if EDGELLM_NEON_DOTPROD
+#if EDGELLM_NEON_MICROKERNELS
+    case Isa::neon_i8mm: with_group(std::type_identity<arch::Q4FastMicroNeonI8mm>{}); break;
     case Isa::neon_dotprod: with_group(std::type_identity<arch::Q4FastMicroNeonDot>{}); break;
+    case Isa::neon: with_group(std::type_identity<arch::Q4FastMicroNeon>{}); break;
 #endif
     default: with_group(std::type_identity<Q4FastMicroGeneric<Arch>>{}); break;
   }

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "edgellm/detail/cpu_topology.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "support/test_env.hpp"
+
+using namespace edgellm::detail;
+
+namespace {
+std::string sysfs(const char* name) {
+  return edgellm::test::source_dir() + "/tests/data/sysfs/" + name;
+}
+using cpus = std::vector<unsigned>;
+}  // namespace
+
+TEST_CASE("cpu topology: a 1+3+4 phone uses its prime and big cores", "[detail]") {
+  const CpuTopology t = read_cpu_topology(sysfs("phone-1-3-4"));
+  REQUIRE(t.source == "cpu_capacity");
+  REQUIRE(t.online == cpus{0, 1, 2, 3, 4, 5, 6, 7});
+  REQUIRE(t.performance == cpus{4, 5, 6, 7});  // 870 and 1024; the 325 cluster left out
+  REQUIRE(t.heterogeneous());
+  REQUIRE(default_compute_threads(t, 8) == 4);
+}
+
+TEST_CASE("cpu topology: max frequencies when there is no cpu_capacity", "[detail]") {
+  const CpuTopology t = read_cpu_topology(sysfs("phone-freq-2-6"));
+  REQUIRE(t.source == "cpuinfo_max_freq");
+  REQUIRE(t.performance == cpus{6, 7});
+  REQUIRE(default_compute_threads(t, 8) == 2);
+}
+
+TEST_CASE("cpu topology: offline cores are neither counted nor read", "[detail]") {
+  const CpuTopology t = read_cpu_topology(sysfs("phone-offline"));
+  REQUIRE(t.online == cpus{0, 1, 2, 3, 6, 7});
+  REQUIRE(t.performance == cpus{6, 7});
+  REQUIRE(default_compute_threads(t, 6) == 2);
+}
+
+TEST_CASE("cpu topology: a uniform machine keeps the default", "[detail]") {
+  const CpuTopology t = read_cpu_topology(sysfs("uniform-2"));
+  REQUIRE(t.source == "cpu_capacity");
+  REQUIRE(t.performance == t.online);
+  REQUIRE_FALSE(t.heterogeneous());
+  REQUIRE(default_compute_threads(t, 2) == 2);
+  const CpuTopology n = read_cpu_topology(sysfs("no-speeds-4"));
+  REQUIRE(n.source == "none");
+  REQUIRE(n.performance == cpus{0, 1, 2, 3});
+  REQUIRE(default_compute_threads(n, 4) == 4);
+  const CpuTopology missing = read_cpu_topology(sysfs("does-not-exist"));
+  REQUIRE(missing.online.empty());
+  REQUIRE_FALSE(missing.heterogeneous());
+  REQUIRE(default_compute_threads(missing, 3) == 3);
+  REQUIRE(default_compute_threads(missing, 0) == 1);
+}
+
+TEST_CASE("cpu topology: this machine", "[detail]") {
+  const CpuTopology t = read_cpu_topology();
+  WARN("this machine: " << t.online.size() << " online cpus, " << t.performance.size()
+                        << " performance cores (" << t.source << ")");
+  for (unsigned c : t.performance)
+    REQUIRE(std::find(t.online.begin(), t.online.end(), c) != t.online.end());
+}
+
+TEST_CASE("cpu topology: sysfs cpu lists", "[detail]") {
+  using topology_detail::parse_cpu_list;
+  REQUIRE(parse_cpu_list("0-3,6,8-9\n") == cpus{0, 1, 2, 3, 6, 8, 9});
+  REQUIRE(parse_cpu_list("5") == cpus{5});
+  REQUIRE(parse_cpu_list("").empty());
+  REQUIRE(parse_cpu_list("3-1").empty());
+  REQUIRE(parse_cpu_list("0-x").empty());
+  REQUIRE(parse_cpu_list("0,,1").empty());
+}
