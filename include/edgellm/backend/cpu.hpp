@@ -4,6 +4,7 @@
 #pragma once
 
 #include "edgellm/backend/backend.hpp"
+#include "edgellm/backend/host_state.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
@@ -107,11 +108,7 @@ inline status linear_forward_multi(std::span<const LinearOutput> outs, std::span
 /// max_batch rows. Works with every cache::KVCache (attention is the cache's own SIMD attend).
 class Cpu {
  public:
-  /// An activation [rows][cols] in host memory: data spans max_batch rows.
-  struct Tensor {
-    std::span<float> data;
-    std::size_t cols = 0;
-  };
+  using Tensor = HostTensor;
   using Matrix = const kernels::Linear*;
   using Vector = std::span<const float>;
   using Table = const kernels::DenseMatrix*;
@@ -123,46 +120,35 @@ class Cpu {
                         std::string("isa: ") + kernels::isa_name(options.isa) +
                             " is not supported by this CPU/build");
     }
+    auto host = HostState::create(shape);
+    if (!host) return host.error();
     Cpu b;
-    b.shape_ = shape;
+    b.host_ = std::move(*host);
     b.workspace_ = std::make_unique<kernels::Workspace>();
     b.mo_.pool = options.pool;
     b.mo_.path = options.path;
     b.mo_.isa = options.isa;
     b.mo_.workspace = b.workspace_.get();
-    const std::size_t half = shape.head_dim / 2;
-    b.cos_.resize(shape.max_batch * half);
-    b.sin_.resize(shape.max_batch * half);
     return b;
   }
 
   Cpu(Cpu&&) noexcept = default;
   Cpu& operator=(Cpu&&) noexcept = default;
 
-  result<Tensor> activation(std::size_t cols) {
-    // Moving the outer vector moves the inner ones: their buffers (the spans) stay put.
-    buffers_.emplace_back(shape_.max_batch * cols);
-    return Tensor{std::span<float>(buffers_.back()), cols};
-  }
+  result<Tensor> activation(std::size_t cols) { return host_.activation(cols); }
   result<Matrix> upload(const kernels::Linear& w) { return &w; }
   result<Vector> upload(std::span<const float> v) { return v; }
   result<Table> upload(const kernels::DenseMatrix& t) { return &t; }
 
-  status begin(std::size_t first_pos, std::size_t rows) {
-    kernels::rope_tables(shape_.rope_inv_freq.data(), shape_.head_dim / 2, first_pos, rows,
-                         cos_.data(), sin_.data());
-    return {};
-  }
+  status begin(std::size_t first_pos, std::size_t rows) { return host_.begin(first_pos, rows); }
 
   status embed(Table table, std::span<const std::int32_t> ids, Tensor x) {
-    for (std::size_t t = 0; t < ids.size(); ++t)
-      table->row(static_cast<std::size_t>(ids[t]), x.data.data() + t * x.cols);
-    return {};
+    return HostState::embed(*table, ids, x);
   }
 
   void rms_norm(Tensor x, Vector w, Tensor out, std::size_t r0, std::size_t r1) {
     kernels::rms_norm(x.data.data(), w.data(), out.data.data(), x.cols, r0, r1,
-                      shape_.rms_norm_eps);
+                      host_.shape().rms_norm_eps);
   }
 
   status linear(Matrix w, Tensor x, Tensor y, std::size_t rows) {
@@ -183,8 +169,8 @@ class Cpu {
   }
 
   void rope(Tensor t, std::size_t rows) {
-    kernels::rope(t.data.data(), rows, t.cols / shape_.head_dim, shape_.head_dim, cos_.data(),
-                  sin_.data());
+    const std::size_t head_dim = host_.shape().head_dim;
+    kernels::rope(t.data.data(), rows, t.cols / head_dim, head_dim, host_.cos(), host_.sin());
   }
 
   template <cache::KVCache Cache>
@@ -195,7 +181,7 @@ class Cpu {
         !st)
       return st;
     return cache.attend(layer, std::span<const float>(q.data.first(rows * q.cols)), rows, first_pos,
-                        shape_.heads, out.data.first(rows * q.cols), mo_.pool);
+                        host_.shape().heads, out.data.first(rows * q.cols), mo_.pool);
   }
 
   void silu_mul(Tensor g, Tensor u, std::size_t rows) {
@@ -216,9 +202,7 @@ class Cpu {
 
   /// Activations, RoPE tables and the fast path's workspace.
   std::size_t bytes() const noexcept {
-    std::size_t f = cos_.size() + sin_.size();
-    for (const auto& b : buffers_) f += b.size();
-    return f * sizeof(float) + (workspace_ ? workspace_->capacity() : 0);
+    return host_.bytes() + (workspace_ ? workspace_->capacity() : 0);
   }
 
   const kernels::MatmulOptions& matmul_options() const noexcept { return mo_; }
@@ -226,11 +210,9 @@ class Cpu {
  private:
   Cpu() = default;
 
-  ModelShape shape_;
+  HostState host_;                                 // activations, RoPE tables
   std::unique_ptr<kernels::Workspace> workspace_;  // fast-path activation scratch
   kernels::MatmulOptions mo_;                      // pool, path, isa, &*workspace_
-  std::vector<std::vector<float>> buffers_;        // activations, [max_batch][cols] each
-  std::vector<float> cos_, sin_;                   // [max_batch][head_dim / 2]
 };
 
 static_assert(ComputeBackend<Cpu, cache::KVCacheF32>);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "edgellm/backend/backend.hpp"
+#include "edgellm/backend/host_state.hpp"
 #include "edgellm/cache/attention.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
@@ -40,48 +41,35 @@ concept ViewableKVCache = cache::KVCache<C> && requires(const C& c, std::size_t 
 /// Slow (plain loops): for tests and small models.
 class Scalar {
  public:
-  /// An activation [rows][cols]: data spans max_batch rows.
-  struct Tensor {
-    std::span<float> data;
-    std::size_t cols = 0;
-  };
+  using Tensor = HostTensor;
   using Matrix = const kernels::Linear*;
   using Vector = std::span<const float>;
   using Table = const kernels::DenseMatrix*;
 
   static result<Scalar> create(const ModelShape& shape, const Options& options) {
+    auto host = HostState::create(shape);
+    if (!host) return host.error();
     Scalar b;
-    b.shape_ = shape;
+    b.host_ = std::move(*host);
     b.path_ = options.path;
-    b.cos_.resize(shape.max_batch * (shape.head_dim / 2));
-    b.sin_.resize(shape.max_batch * (shape.head_dim / 2));
     return b;
   }
 
-  result<Tensor> activation(std::size_t cols) {
-    buffers_.emplace_back(shape_.max_batch * cols);
-    return Tensor{std::span<float>(buffers_.back()), cols};
-  }
+  result<Tensor> activation(std::size_t cols) { return host_.activation(cols); }
   result<Matrix> upload(const kernels::Linear& w) { return &w; }
   result<Vector> upload(std::span<const float> v) { return v; }
   result<Table> upload(const kernels::DenseMatrix& t) { return &t; }
 
-  status begin(std::size_t first_pos, std::size_t rows) {
-    // The angles are the specification (HF's fp32 products), so the twin uses the same tables.
-    kernels::rope_tables(shape_.rope_inv_freq.data(), shape_.head_dim / 2, first_pos, rows,
-                         cos_.data(), sin_.data());
-    return {};
-  }
+  // The RoPE angles are the specification (HF's fp32 products): the twin uses the same tables.
+  status begin(std::size_t first_pos, std::size_t rows) { return host_.begin(first_pos, rows); }
 
   status embed(Table table, std::span<const std::int32_t> ids, Tensor x) {
-    for (std::size_t t = 0; t < ids.size(); ++t)
-      table->row(static_cast<std::size_t>(ids[t]), x.data.data() + t * x.cols);
-    return {};
+    return HostState::embed(*table, ids, x);
   }
 
   void rms_norm(Tensor x, Vector w, Tensor out, std::size_t r0, std::size_t r1) {
     kernels::reference::rms_norm(x.data.data(), w.data(), out.data.data(), x.cols, r0, r1,
-                                 shape_.rms_norm_eps);
+                                 host_.shape().rms_norm_eps);
   }
 
   status linear(Matrix w, Tensor x, Tensor y, std::size_t rows) {
@@ -95,8 +83,9 @@ class Scalar {
   }
 
   void rope(Tensor t, std::size_t rows) {
-    kernels::reference::rope(t.data.data(), rows, t.cols / shape_.head_dim, shape_.head_dim,
-                             cos_.data(), sin_.data());
+    const std::size_t head_dim = host_.shape().head_dim;
+    kernels::reference::rope(t.data.data(), rows, t.cols / head_dim, head_dim, host_.cos(),
+                             host_.sin());
   }
 
   template <ViewableKVCache Cache>
@@ -108,7 +97,7 @@ class Scalar {
         !st)
       return st;
     cache::reference::attention_stored(cache.layer_view(layer), q.data.data(), rows, first_pos,
-                                       shape_.heads, out.data.data());
+                                       host_.shape().heads, out.data.data());
     return {};
   }
 
@@ -133,9 +122,7 @@ class Scalar {
   status finish() { return {}; }
 
   std::size_t bytes() const noexcept {
-    std::size_t f = cos_.size() + sin_.size();
-    for (const auto& b : buffers_) f += b.size();
-    return f * sizeof(float) + q8_.size();
+    return host_.bytes() + q8_.size();
   }
 
  private:
@@ -163,10 +150,8 @@ class Scalar {
     return {};
   }
 
-  ModelShape shape_;
+  HostState host_;                           // activations, RoPE tables
   kernels::MatmulPath path_ = kernels::MatmulPath::fast;
-  std::vector<std::vector<float>> buffers_;  // activations, [max_batch][cols] each
-  std::vector<float> cos_, sin_;             // [max_batch][head_dim / 2]
   std::vector<std::byte> q8_;                // fast path: quantised activations
 };
 
