@@ -515,20 +515,6 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   auto ckpt = io::Checkpoint::open(dir);
   if (!ckpt) return ckpt.error();
   const ModelConfig& c = *cfg;
-  if (!options.allow_extra_tensors) {
-    if (const std::vector<std::string> extra = unused_tensors(*ckpt, c); !extra.empty()) {
-      std::string list;
-      for (std::size_t i = 0; i < extra.size() && i < 5; ++i) list += (i ? ", " : "") + extra[i];
-      if (extra.size() > 5) list += ", ...";
-      return make_error(errc::format_error, where,
-                        dir + ": " + std::to_string(extra.size()) +
-                            " tensors of the checkpoint are not used by its config.json (" +
-                            std::to_string(c.num_hidden_layers) +
-                            " layers; is the config for this checkpoint?): " + list +
-                            " (LoadOptions::allow_extra_tensors or --allow-extra-tensors loads "
-                            "it anyway)");
-    }
-  }
 
   auto w = std::make_shared<TransformerWeights>();
   w->dir = dir;
@@ -695,6 +681,22 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
     w->lm_head.dense = std::move(*d);
   }
 
+  // Checked last, so that a missing or misshapen tensor is reported as such first.
+  if (!options.allow_extra_tensors) {
+    if (const std::vector<std::string> extra = unused_tensors(*ckpt, c); !extra.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < extra.size() && i < 5; ++i) list += (i ? ", " : "") + extra[i];
+      if (extra.size() > 5) list += ", ...";
+      return make_error(errc::format_error, where,
+                        dir + ": " + std::to_string(extra.size()) +
+                            " tensors of the checkpoint are not used by its config.json "
+                            "(num_hidden_layers " +
+                            std::to_string(c.num_hidden_layers) +
+                            "; is it this checkpoint's config?): " + list +
+                            " (LoadOptions::allow_extra_tensors or --allow-extra-tensors loads "
+                            "it anyway)");
+    }
+  }
   w->released_source_bytes = ld.released();
   if (!packed_path.empty() && packed_writable) {
     if (packed && ld.packed_misses() == 0) {
