@@ -33,11 +33,13 @@ inline std::string check_threads(const char* prog, std::size_t threads) {
 
 /// Flushes stdout and returns `rc`, or 1 with a message on stderr when anything written to it
 /// was lost (stdout closed, a full disk, a closed pipe with SIGPIPE ignored): the output is then
-/// incomplete and the exit status must say so.
-inline int finish_stdout(const char* prog, int rc) {
+/// incomplete and the exit status must say so. `earlier_errno`: the errno of a write that failed
+/// before (its buffer is gone, so this flush may not see the error again).
+inline int finish_stdout(const char* prog, int rc, int earlier_errno = 0) {
   errno = 0;
-  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
-    const int err = errno;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = flushed ? earlier_errno : errno;
+  if (!flushed || std::ferror(stdout) != 0 || earlier_errno != 0) {
     std::fprintf(stderr, "%s: error writing to stdout: %s\n", prog,
                  err != 0 ? std::strerror(err) : "write failed");
     return rc == 0 ? 1 : rc;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -319,15 +320,17 @@ int run(const Args& a, Session& session) {
   go.ignore_eos = a.ignore_eos;
   // Each piece is flushed at once; a failed write (stdout closed or full) stops generating.
   bool lost_output = false;
-  const auto stream = [&lost_output](std::string_view piece, std::int32_t) {
+  int lost_errno = 0;
+  const auto stream = [&](std::string_view piece, std::int32_t) {
     if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size() ||
         std::fflush(stdout) != 0) {
+      lost_errno = errno;
       lost_output = true;
     }
     return !lost_output;
   };
   const auto output_lost = [&] {
-    return tools::finish_stdout("edgellm-generate", lost_output ? 1 : 0) != 0;
+    return tools::finish_stdout("edgellm-generate", lost_output ? 1 : 0, lost_errno) != 0;
   };
 
   if (!a.chat) {
