@@ -209,5 +209,6 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return edgellm::tools::finish_stdout("edgellm-logits", 0);
   }
-  return edgellm::tools::finish_stdout("edgellm-logits", run(a));
+  const int rc = run(a);  // a failed --out write has said so already
+  return rc == 0 ? edgellm::tools::finish_stdout("edgellm-logits", rc) : rc;
 }
