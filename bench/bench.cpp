@@ -68,14 +68,10 @@ constexpr std::size_t kSystem = 512, kUser = 16;  // prefix-cache row: system + 
 
 template <class Cache>
 int run_model(const std::string& dir, const bench::options& opts, std::size_t P, std::size_t N,
-              bool exact, model::LmHeadFormat lm_head, const std::string& packed_cache,
-              bool packed_copy,
-              bool lock, const std::string& kv_name,
+              bool exact, const model::LoadOptions& load, bool lock, const std::string& kv_name,
               bench::table& out) {
   EngineOptions eo;
-  eo.load.lm_head = lm_head;
-  eo.load.packed_cache = packed_cache;
-  eo.load.packed_cache_copy = packed_copy;
+  eo.load = load;
   eo.load_tokenizer = false;  // synthetic token ids
   auto engine = Engine::load(dir, eo);
   if (!engine) {
@@ -235,7 +231,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
 int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::size_t P = 128, N = 64;
-  bool exact = false, lock = true, packed_copy = false;
+  bool exact = false, lock = true, packed_copy = false, force = false, allow_extra = false;
   std::string kv = "int8";
   model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored;
   std::string packed_cache;
@@ -260,6 +256,11 @@ int main(int argc, char** argv) {
                        packed_cache),
           flag::boolean({"--packed-cache-copy"},
                         "copy them out of it into owned 2 MiB-page memory instead", packed_copy),
+          flag::boolean({"--force"},
+                        "with --packed-cache FILE: replace a file there of another model", force),
+          flag::boolean({"--allow-extra-tensors"},
+                        "load checkpoints holding tensors their config.json does not use",
+                        allow_extra),
           flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache type", kv),
           flag::boolean({"--no-lock"}, "do not mlock the packed weights", lock, false),
       },
@@ -276,13 +277,18 @@ int main(int argc, char** argv) {
     P = std::min<std::size_t>(P, 32);
     N = std::min<std::size_t>(N, 8);
   }
+  model::LoadOptions load;
+  load.lm_head = lm_head;
+  load.packed_cache = packed_cache;
+  load.packed_cache_copy = packed_copy;
+  load.packed_cache_overwrite = force;
+  load.allow_extra_tensors = allow_extra;
   bench::table out(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s", "ttft_ms",
                        "model_bytes", "peak_rss_bytes", "membw_gbps", "pct_roofline", "weights"});
   for (const auto& dir : models) {
     const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {
       using Cache = typename decltype(tag)::type;
-      return run_model<Cache>(dir, o, P, N, exact, lm_head, packed_cache, packed_copy, lock, kv,
-                              out);
+      return run_model<Cache>(dir, o, P, N, exact, load, lock, kv, out);
     });
     if (rc != 0) return rc;
   }

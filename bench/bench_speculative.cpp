@@ -88,6 +88,8 @@ struct Args {
   std::uint64_t seed = 1;
   bool lock = true;
   std::string target_packed_cache;  // LoadOptions::packed_cache for the target ("" = none)
+  bool force = false;                // LoadOptions::packed_cache_overwrite for it
+  bool allow_extra = false;          // LoadOptions::allow_extra_tensors for every model
   // A draft only proposes: int4 lm_head costs nothing in exactness and most of a small draft's
   // step is its lm_head (4096 x 128 fp16 for the bundled one).
   model::LmHeadFormat draft_lm_head = model::LmHeadFormat::q4;
@@ -140,7 +142,7 @@ std::string short_name(const std::string& dir) {
 
 WeightsPtr load(const std::string& dir, bool lock,
                 model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored,
-                const std::string& packed_cache = {}) {
+                const std::string& packed_cache = {}, const Args* args = nullptr) {
   if (!fs::exists(dir)) {
     die(
         fmt::format("{}: not found (the bundled models are written by tools/train_tiny.py; pass "
@@ -150,6 +152,10 @@ WeightsPtr load(const std::string& dir, bool lock,
   EngineOptions eo;
   eo.load.lm_head = lm_head;
   eo.load.packed_cache = packed_cache;
+  if (args != nullptr) {
+    eo.load.packed_cache_overwrite = args->force && !packed_cache.empty();
+    eo.load.allow_extra_tensors = args->allow_extra;
+  }
   eo.load_tokenizer = false;  // prompts are encoded with the target's tokenizer.json
   auto engine = Engine::load(dir, eo);
   if (!engine) die(engine.error().message);
@@ -359,10 +365,10 @@ E2eResult run_config(Target& target, Draft& draft, const decode::SpeculativeOpti
 template <class Cache>
 int run_e2e(const Args& a, const bench::options& opts, const std::string& target_dir,
             const std::vector<std::string>& drafts) {
-  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head, a.target_packed_cache);
+  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head, a.target_packed_cache, &a);
   std::map<std::string, WeightsPtr> dws;
   for (const auto& d : drafts)
-    if (d != "lookup" && !dws.count(d)) dws[d] = load(d, a.lock, a.draft_lm_head);
+    if (d != "lookup" && !dws.count(d)) dws[d] = load(d, a.lock, a.draft_lm_head, {}, &a);
   const std::size_t V = tw->config.vocab_size;
   for (const auto& [d, w] : dws) {
     if (w->config.vocab_size != V)
@@ -498,9 +504,9 @@ std::size_t simulate_adaptive(double alpha, const std::vector<double>& verify, d
 template <class Cache>
 int run_cost_model(const Args& a, const bench::options& opts, const std::string& target_dir,
                    const std::string& draft_dir) {
-  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head, a.target_packed_cache);
+  const WeightsPtr tw = load(target_dir, a.lock, a.target_lm_head, a.target_packed_cache, &a);
   const WeightsPtr dw =
-      draft_dir == "lookup" ? nullptr : load(draft_dir, a.lock, a.draft_lm_head);
+      draft_dir == "lookup" ? nullptr : load(draft_dir, a.lock, a.draft_lm_head, {}, &a);
   const std::size_t V = tw->config.vocab_size;
   const std::size_t P = a.context, K = a.k_max;
   const int reps = opts.reps_or(opts.quick ? 3 : 10);
@@ -511,7 +517,8 @@ int run_cost_model(const Args& a, const bench::options& opts, const std::string&
   double pair_alpha = 0.0;
   if (!a.acceptance_from.empty()) {
     const auto dirs = split(a.acceptance_from);
-    const WeightsPtr pt = load(dirs[0], a.lock), pd = load(dirs[1], a.lock, a.draft_lm_head);
+    const WeightsPtr pt = load(dirs[0], a.lock, model::LmHeadFormat::as_stored, {}, &a),
+                     pd = load(dirs[1], a.lock, a.draft_lm_head, {}, &a);
     if (pt->config.vocab_size != pd->config.vocab_size)
       die(fmt::format("--acceptance-from: {} has vocab {}, {} has {}", dirs[0],
                       pt->config.vocab_size, dirs[1], pd->config.vocab_size));
@@ -699,6 +706,12 @@ int main(int argc, char** argv) {
                        "map the target's int4 weights from a packed cache (written if\n"
                        "missing; see edgellm-bench)",
                        a.target_packed_cache),
+          flag::boolean({"--force"},
+                        "with --packed-cache FILE: replace a file there of another model",
+                        a.force),
+          flag::boolean({"--allow-extra-tensors"},
+                        "load checkpoints holding tensors their config.json does not use",
+                        a.allow_extra),
           flag::choice({"--draft-lm-head"}, "the draft's lm_head: int4 at load or as stored",
                        a.draft_lm_head, lm_heads),
           flag::choice({"--target-lm-head"}, "the target's (both arms of the comparison)",

@@ -3,16 +3,19 @@
 // options and the declarative flag table every bench lists its own flags in.
 #pragma once
 
+#include <edgellm/detail/cpu_topology.hpp>
 #include <edgellm/detail/split.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <concepts>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <regex>
@@ -161,16 +164,29 @@ struct flag {
             }};
   }
 
-  /// Thread counts, a comma list in [0, 4096] where 0 means every hardware thread.
+  /// Thread counts, a comma list in [0, cap] where 0 means every hardware thread and the cap is
+  /// edgellm::detail::max_threads_flag() (4 x the hardware threads, at most 256): more threads
+  /// than cores only measure waiting. Counts above the hardware threads get a warning.
   static flag threads(std::vector<std::string> names, std::string help,
                       std::vector<int>& target) {
     return {std::move(names), "N[,N...]", std::move(help), join(target),
             [&target](std::string_view v) {
               std::vector<int> parsed;
-              const auto hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+              const auto hw_count = edgellm::detail::hardware_threads();
+              const auto hw = static_cast<int>(std::max<std::size_t>(1, hw_count));
+              const auto cap = static_cast<int>(edgellm::detail::max_threads_flag(hw_count));
               for (const std::string_view item : split_list(v)) {
-                const auto n = parse_integer<int>(item, 0, 4096);
-                if (!n) return fmt::format("item {}", out_of_range(item, 0, 4096));
+                const auto n = parse_integer<int>(item, 0, cap);
+                if (!n) {
+                  return fmt::format("item {} (at most 4 x the {} hardware threads, and 256)",
+                                     out_of_range(item, 0, cap), hw_count);
+                }
+                if (*n > hw) {
+                  fmt::print(stderr,
+                             "warning: {} threads is more than the {} hardware threads; the extra "
+                             "threads only wait for a core\n",
+                             *n, hw);
+                }
                 parsed.push_back(*n == 0 ? hw : *n);
               }
               target = std::move(parsed);
@@ -328,6 +344,17 @@ inline void print_usage(const char* argv0, std::string_view about, const std::ve
   print_flags(stderr, common, width);
 }
 
+// At exit: results that did not reach stdout (closed, a full disk) make the exit status 1.
+inline void check_stdout_at_exit() {
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    const int err = errno;
+    std::fprintf(stderr, "error writing the results to stdout: %s\n",
+                 err != 0 ? std::strerror(err) : "write failed");
+    std::_Exit(1);
+  }
+}
+
 [[noreturn]] inline void usage_error(const char* argv0, const std::string& why) {
   fmt::print(stderr, "{}: {}\n{}: --help lists the flags\n", argv0, why, argv0);
   std::exit(2);
@@ -342,6 +369,7 @@ inline void print_usage(const char* argv0, std::string_view about, const std::ve
 inline void parse_options(int argc, char** argv, options& o, std::vector<flag> flags,
                           std::string_view about = {}) {
   const char* argv0 = argc > 0 ? argv[0] : "bench";
+  std::atexit(detail::check_stdout_at_exit);
   bool help = false;
   std::vector<flag> common;
   common.push_back(flag::choice({"--format"}, "output", o.format,

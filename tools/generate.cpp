@@ -3,6 +3,7 @@
 // *.safetensors, tokenizer.json), encodes the prompt, generates with the sampler and streams the
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
 // Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
+#include "cli.hpp"
 #include "edgellm/session.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/split.hpp"
@@ -10,8 +11,10 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +25,9 @@
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace {
 
@@ -39,15 +45,22 @@ model:
   --model DIR            checkpoint directory (default: the bundled KJV model)
   --fp32-reference       dense fp32 weights and math (slow; for checking against PyTorch)
   --threads N            threads for matmuls and attention (default 2; on a big.LITTLE CPU
-                         the performance cores)
+                         the performance cores). At most 4 x the hardware threads (and 256);
+                         a warning above the hardware threads
   --pin                  pin the threads to the performance cores (sched_setaffinity)
-  --context N            context size in tokens (default: min(model maximum, 4096))
+  --context N            context size in tokens (default: min(model maximum, 4096)); above
+                         the model's max_position_embeddings only with --force-context
+  --force-context        allow --context above max_position_embeddings (RoPE untrained there)
   --kv-type T            KV cache storage: int8, f16 or f32 (default int8: half the memory of
                          f16, keys/values quantised per position and head)
   --packed-cache auto|FILE
                          map the int4 weights from a packed-weight cache instead of repacking
                          them at every start (`auto`: DIR/edgellm-packed-q4.bin); written on
-                         the first run, rebuilt when the checkpoint or options change
+                         the first run, rebuilt when the checkpoint or options change; an
+                         existing FILE of another model (or not a packed cache) is left alone
+  --force                with --packed-cache FILE: replace whatever file is there
+  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use
+                         (by default an error: the config may not be this checkpoint's)
   --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
                          system prompt is prefilled once), and save this prompt's state to it
 
@@ -84,7 +97,8 @@ output:
   --print-ids            print the generated token ids as a JSON list instead of text
   -h, --help             this text
 
-Exit status: 0 on success, 1 on a runtime error (bad model, prompt, ...), 2 on bad arguments.
+Exit status: 0 on success, 1 on a runtime error (bad model, prompt, lost output: stdout closed
+or full), 2 on bad arguments (including --threads or --context out of range).
 )";
 
 // 2 threads (on a uniform machine, unchanged), or the performance cores of a big.LITTLE CPU:
@@ -98,7 +112,8 @@ struct Args {
   std::string model, prompt = "And God said", system;
   std::vector<std::int32_t> prompt_ids;
   bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
-  bool ignore_eos = false, pin = false;
+  bool ignore_eos = false, pin = false, force = false, force_context = false;
+  bool allow_extra_tensors = false;
   std::size_t threads = default_threads(), context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
   std::string prompt_cache;
@@ -119,8 +134,9 @@ template <class T>
 bool parse_number(std::string_view s, T& out) {
   if constexpr (std::is_floating_point_v<T>) {
     // from_chars for floats is in libstdc++ 11+; strtod would accept locale forms.
+    // from_chars reads "nan" and "inf" too: no setting takes them.
     const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+    return ec == std::errc() && p == s.data() + s.size() && !s.empty() && std::isfinite(out);
   } else {
     const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return ec == std::errc() && p == s.data() + s.size() && !s.empty();
@@ -179,8 +195,14 @@ int parse_args(int argc, char** argv, Args& a) {
       a.sampling.temperature = 0.0f;
     } else if (arg == "--pin") {
       a.pin = true;
+    } else if (arg == "--force") {
+      a.force = true;
+    } else if (arg == "--force-context") {
+      a.force_context = true;
+    } else if (arg == "--allow-extra-tensors") {
+      a.allow_extra_tensors = true;
     } else if (arg == "--threads") {
-      rc = num(a.threads, "N", 1, 1024);
+      rc = num(a.threads, "N", 1, 1e9);  // the cap (tools::check_threads) once all are read
     } else if (arg == "--context") {
       rc = num(a.context, "N", 1, 1 << 24);
     } else if (arg == "-n" || arg == "--max-tokens") {
@@ -231,6 +253,10 @@ int parse_args(int argc, char** argv, Args& a) {
   if (a.chat && !a.prompt_cache.empty()) return usage_error("--prompt-cache is not supported with --chat");
   if (!a.draft.empty() && !a.prompt_cache.empty())
     return usage_error("--prompt-cache is not supported with --draft");
+  if (a.force && (a.packed_cache.empty() || a.packed_cache == "auto"))
+    return usage_error("--force: only with --packed-cache FILE (an `auto` cache is ours anyway)");
+  if (const std::string why = tools::check_threads("edgellm-generate", a.threads); !why.empty())
+    return usage_error(why);
   return 0;
 }
 
@@ -292,10 +318,19 @@ int run(const Args& a, Session& session) {
   go.max_new_tokens = a.max_tokens;
   go.stop_strings = a.stops;
   go.ignore_eos = a.ignore_eos;
-  const auto stream = [](std::string_view piece, std::int32_t) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-    return true;
+  // Each piece is flushed at once; a failed write (stdout closed or full) stops generating.
+  bool lost_output = false;
+  int lost_errno = 0;
+  const auto stream = [&](std::string_view piece, std::int32_t) {
+    if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size() ||
+        std::fflush(stdout) != 0) {
+      lost_errno = errno;
+      lost_output = true;
+    }
+    return !lost_output;
+  };
+  const auto output_lost = [&] {
+    return tools::finish_stdout("edgellm-generate", lost_output ? 1 : 0, lost_errno) != 0;
   };
 
   if (!a.chat) {
@@ -307,9 +342,16 @@ int run(const Args& a, Session& session) {
       prompt = std::move(*ids);
       if (prompt.empty()) return fail("--prompt: encodes to no tokens");
     }
+    // Refused before anything reaches stdout (the prompt is echoed first).
+    if (prompt.size() > session.context_size()) {
+      return fail(fmt::format("--prompt: {} tokens do not fit the context of {} (raise --context)",
+                              prompt.size(), session.context_size()));
+    }
     if (!a.print_ids && !a.have_prompt_ids) stream(a.prompt, -1);
+    if (lost_output) return output_lost(), 1;
     auto out = session.generate(std::span<const std::int32_t>(prompt), go,
                                 a.print_ids ? TokenCallback() : TokenCallback(stream));
+    if (lost_output) return output_lost(), 1;
     if (!out) return fail(out.error().message);
     if (!a.prompt_cache.empty() && cached != prompt) {
       if (auto st = session.save_prompt_cache(a.prompt_cache); !st)
@@ -324,6 +366,7 @@ int run(const Args& a, Session& session) {
     } else {
       std::printf("\n");
     }
+    if (output_lost()) return 1;
     print_stats(out->stats);
     return 0;
   }
@@ -344,8 +387,10 @@ int run(const Args& a, Session& session) {
                                   reply += piece;
                                   return stream(piece, token);
                                 });
+    if (lost_output) return output_lost(), 1;
     if (!out) return fail(out.error().message);
     std::printf("\n");
+    if (output_lost()) return 1;
     print_stats(out->stats);
     messages.push_back({"assistant", reply});
     if (out->stats.stop == decode::StopReason::context_full) {
@@ -361,22 +406,34 @@ int run(const Args& a, Session& session) {
 int main(int argc, char** argv) {
   Args a;
   if (const int rc = parse_args(argc, argv, a); rc != 0) {
-    if (rc == 3) return std::fputs(kUsage, stdout), 0;
+    if (rc == 3) return std::fputs(kUsage, stdout), tools::finish_stdout("edgellm-generate", 0);
     return rc;
   }
   const auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "edgellm-generate: %s\n", msg.c_str());
     return 1;
   };
+  // A closed stdout (`>&-`) would lose every token, and its descriptor could be reused by a
+  // file this program opens: refuse before loading anything.
+  if (::fcntl(STDOUT_FILENO, F_GETFD) == -1) return fail("stdout is closed; nothing to write to");
   if (a.model.empty()) a.model = default_model_dir(argv[0]);
 
   EngineOptions eo;
   eo.load.fp32_reference = a.fp32_reference;
   eo.load.packed_cache = a.packed_cache;
+  eo.load.packed_cache_overwrite = a.force;
+  eo.load.allow_extra_tensors = a.allow_extra_tensors;
   eo.threads = a.pin ? 1 : a.threads;
   auto engine = Engine::load(a.model, eo);
   if (!engine) return fail(engine.error().message);
   const Engine& e = **engine;
+  const std::size_t max_position = e.weights()->config.max_position_embeddings;
+  if (a.context > max_position && max_position > 0 && !a.force_context) {
+    return usage_error(fmt::format(
+        "--context: {} is above the model's max_position_embeddings {} (positions it was not "
+        "trained for; --force-context runs it anyway)",
+        a.context, max_position));
+  }
   if (!e.packed_cache_note().empty())
     std::fprintf(stderr, "packed cache: %s\n", e.packed_cache_note().c_str());
   std::fprintf(stderr, "loaded %s in %.2f s (%.1f MB of weights%s)\n", a.model.c_str(),

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
 // shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
+#include "cli.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/detail/split.hpp"
 #include "edgellm/model/transformer.hpp"
@@ -37,13 +38,15 @@ constexpr const char* kUsage =
     "  --all-positions   logits of every position, not only the last\n"
     "  --fp32-reference  dense fp32 weights and math (AWQ weights dequantised as AutoAWQ does)\n"
     "  --exact           int4 matmuls on the exact path (default: the fast W4A8 path)\n"
-    "  --threads N       threads for matmuls and attention (default 1)\n"
+    "  --threads N       threads for matmuls and attention (default 1; at most 4 x the\n"
+    "                    hardware threads, and 256)\n"
+    "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
     "  -h, --help        this text\n";
 
 struct Args {
   std::string model, out;
   std::vector<std::int32_t> ids;
-  bool all_positions = false, fp32_reference = false, exact = false;
+  bool all_positions = false, fp32_reference = false, exact = false, allow_extra_tensors = false;
   std::size_t threads = 1;
 };
 
@@ -71,6 +74,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help) {
       a.fp32_reference = true;
     } else if (arg == "--exact") {
       a.exact = true;
+    } else if (arg == "--allow-extra-tensors") {
+      a.allow_extra_tensors = true;
     } else if (arg == "--model") {
       if (!value(a.model)) return fail("--model: missing DIR");
     } else if (arg == "--out") {
@@ -79,8 +84,12 @@ bool parse_args(int argc, char** argv, Args& a, bool& help) {
       if (!value(v)) return fail("--threads: missing N");
       unsigned long n = 0;
       const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || p != v.data() + v.size() || n == 0 || n > 1024) {
-        return fail("--threads: '" + v + "' is not an integer in [1, 1024]");
+      if (ec != std::errc() || p != v.data() + v.size()) {
+        return fail("--threads: '" + v + "' is not an integer");
+      }
+      if (const std::string why = edgellm::tools::check_threads("edgellm-logits", n);
+          !why.empty()) {
+        return fail(why);
       }
       a.threads = n;
     } else if (arg == "--ids") {
@@ -146,6 +155,7 @@ int run(const Args& a) {
   }
   edgellm::model::LoadOptions lo;
   lo.fp32_reference = a.fp32_reference;
+  lo.allow_extra_tensors = a.allow_extra_tensors;
   auto w = edgellm::model::load_weights(a.model, lo);
   if (!w) return fail(w.error().message);
 
@@ -197,7 +207,8 @@ int main(int argc, char** argv) {
   if (!parse_args(argc, argv, a, help)) return 2;
   if (help) {
     std::fputs(kUsage, stdout);
-    return 0;
+    return edgellm::tools::finish_stdout("edgellm-logits", 0);
   }
-  return run(a);
+  const int rc = run(a);  // a failed --out write has said so already
+  return rc == 0 ? edgellm::tools::finish_stdout("edgellm-logits", rc) : rc;
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-tokenize: encode text to token ids, or decode ids to text, with a tokenizer.json.
+#include "cli.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/tokenizer.hpp"
@@ -79,9 +80,11 @@ std::optional<std::vector<std::int32_t>> parse_ids(std::string_view s, std::stri
   return ids;
 }
 
-}  // namespace
+// stdout through stdio (fmt::print would throw on a failed write); errors are found at the end
+// (tools::finish_stdout).
+void write_stdout(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::optional<std::string> tokenizer_path, text, corpus_path, decode_ids;
   bool no_special = false;
   for (int i = 1; i < argc; ++i) {
@@ -92,7 +95,7 @@ int main(int argc, char** argv) {
       return true;
     };
     if (arg == "-h" || arg == "--help") {
-      fmt::print("{}", kUsage);
+      write_stdout(kUsage);
       return 0;
     } else if (arg == "--no-special") {
       no_special = true;
@@ -130,7 +133,7 @@ int main(int argc, char** argv) {
                    id);
       }
     }
-    fmt::print("{}\n", tokenizer->decode(*ids, no_special));
+    write_stdout(tokenizer->decode(*ids, no_special) + "\n");
     return 0;
   }
 
@@ -140,7 +143,7 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "edgellm-tokenize: {}\n", ids.error().message);
       return 1;
     }
-    fmt::print("{}\n", ids_json(*ids));
+    write_stdout(ids_json(*ids) + "\n");
     return 0;
   }
 
@@ -178,6 +181,13 @@ int main(int argc, char** argv) {
     out += i + 1 < list->size() ? ",\n" : "\n";
   }
   out += "]\n";
-  fmt::print("{}", out);
+  write_stdout(out);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Output lost on the way to stdout (closed, a full disk) is a failure, not a success.
+  return edgellm::tools::finish_stdout("edgellm-tokenize", run(argc, argv));
 }

@@ -71,14 +71,15 @@ struct EngineOptions {
 
   /// The options for a draft model that proposes tokens for a target loaded with `target`: the
   /// lm_head in int4 (a draft only proposes, the target decides every token, so this costs no
-  /// exactness and saves most of a small draft's step), the target's reference mode, no packed
-  /// cache (that file is the target's), no tokenizer and no pool of its own (the Session's is
-  /// used).
+  /// exactness and saves most of a small draft's step), the target's reference mode and
+  /// allow_extra_tensors, no packed cache (that file is the target's), no tokenizer and no pool
+  /// of its own (the Session's is used).
   static EngineOptions draft_of(const EngineOptions& target) {
     EngineOptions o;
     o.load.fp32_reference = target.load.fp32_reference;
     o.load.rtn_group_size = target.load.rtn_group_size;
     o.load.release_source_pages = target.load.release_source_pages;
+    o.load.allow_extra_tensors = target.load.allow_extra_tensors;
     o.load.lm_head = model::LmHeadFormat::q4;
     o.lm_head_fallback = true;
     o.load_tokenizer = false;

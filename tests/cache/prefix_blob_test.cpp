@@ -149,3 +149,20 @@ TEST_CASE("prefix files are written atomically and read back whole", "[cache]") 
              Contains("[write_prefix_file] '" + bad + "': cannot create the temporary file"));
   CHECK_THAT(unwritable.error().message, Contains("No such file or directory"));
 }
+
+TEST_CASE("write_prefix_file replaces prefix files only, never other files", "[cache]") {
+  const auto blob = from_hex(kGoldenHex);
+  edgellm::test::TempDir dir;
+  const std::string path = dir.file("prefix.kv");
+  REQUIRE(cache::write_prefix_file(path, blob));
+  REQUIRE(cache::write_prefix_file(path, blob));  // one of ours: replaced
+  const std::string notes = dir.write("notes.txt", "not a KV prefix");
+  auto st = cache::write_prefix_file(notes, blob);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code == errc::io_error);
+  CHECK_THAT(st.error().message,
+             Contains("'" + notes + "': exists and is not an edgellm KV prefix file"));
+  auto back = edgellm::io::read_text_file(notes);
+  REQUIRE(back);
+  CHECK(*back == "not a KV prefix");
+}

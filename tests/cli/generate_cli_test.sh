@@ -17,7 +17,7 @@ expect() {
   local name=$1 want=$2 pattern=$3
   shift 4
   local out rc
-  out=$("$bin" "$@" 2>&1 </dev/null)
+  out=$(timeout 120 "$bin" "$@" 2>&1 </dev/null)
   rc=$?
   local ok=1
   if [ "$want" = nz ]; then
@@ -132,6 +132,69 @@ for d in "--draft $model" "--draft lookup" "--draft $model --adaptive" "--draft 
 done
 expect "draft with another vocabulary" 1 "vocab" -- --model "$target" --draft "$src/tests/data/model/llama-fp16" -n 4
 expect "-k 0" 2 "not a number in" -- --model "$target" --draft lookup -k 0
+
+# Bad inputs (docs/bad_inputs.md): each refused at once with a message naming the path or flag.
+mkfifo "$tmp/fifo"
+for f in /dev/zero /dev/full "$tmp/fifo" "$tmp"; do
+  [ -e "$f" ] || continue
+  expect "--prompt-cache $f" 1 "not a regular file" -- --model "$model" --prompt x -n 2 --prompt-cache "$f"
+done
+for t in nan inf -1 -inf; do
+  expect "--temperature $t" 2 "not a number" -- --model "$model" --temperature "$t"
+done
+expect "--top-p nan" 2 "not a number" -- --model "$model" --top-p nan
+expect "--threads 100000" 2 "--threads: 100000 is not in" -- --model "$model" --threads 100000
+expect "--threads 0" 2 "not a number in" -- --model "$model" --threads 0
+hw=$(nproc)
+expect "--threads beyond the hardware warns" 0 "warning: --threads $((hw + 1)) is more than" -- --model "$model" -n 2 --threads $((hw + 1))
+expect "--context above max_position_embeddings" 2 "above the model's max_position_embeddings 2048" -- --model "$model" --context 4096
+expect "--context above it with --force-context" 0 "generated" -- --model "$model" --context 4096 --force-context -n 2
+expect "--force without --packed-cache FILE" 2 "--force: only with --packed-cache FILE" -- --model "$model" --force
+
+# A prompt longer than the context: refused before anything reaches stdout.
+long=$(printf 'And God said, Let there be light. %.0s' $(seq 1 20))
+"$bin" --model "$model" --context 16 --prompt "$long" -n 2 >"$tmp/long.out" 2>"$tmp/long.err" </dev/null
+rc=$?
+if [ $rc = 1 ] && [ ! -s "$tmp/long.out" ] && grep -q "do not fit the context of 16" "$tmp/long.err"; then
+  echo "ok   prompt longer than the context: exit 1, nothing on stdout"
+else
+  echo "FAIL prompt longer than the context (exit $rc):"; cat "$tmp/long.out" "$tmp/long.err"
+  failures=$((failures + 1))
+fi
+
+# Lost output: stdout closed or on a full disk is an error (exit 1, message on stderr).
+check_lost() {
+  local name=$1 rc=$2 err=$3
+  if [ "$rc" = 1 ] && grep -Eq "stdout" "$err"; then
+    echo "ok   $name: exit 1"
+  else
+    echo "FAIL $name (exit $rc):"; cat "$err"
+    failures=$((failures + 1))
+  fi
+}
+"$bin" --model "$model" -n 4 2>"$tmp/closed.err" >&- </dev/null
+check_lost "stdout closed" $? "$tmp/closed.err"
+if [ -e /dev/full ]; then
+  "$bin" --model "$model" -n 4 2>"$tmp/full.err" >/dev/full </dev/null
+  check_lost "stdout on a full disk" $? "$tmp/full.err"
+  "$bin" --model "$model" -n 4 --print-ids 2>"$tmp/full_ids.err" >/dev/full </dev/null
+  check_lost "--print-ids on a full disk" $? "$tmp/full_ids.err"
+  "$bin" --help 2>"$tmp/full_help.err" >/dev/full
+  check_lost "--help on a full disk" $? "$tmp/full_help.err"
+fi
+
+# A config.json with fewer layers than the checkpoint: an error naming the unused tensors.
+mkdir -p "$tmp/fewer" && cp "$model"/* "$tmp/fewer/"
+sed -i 's/"num_hidden_layers": 4/"num_hidden_layers": 3/' "$tmp/fewer/config.json"
+expect "config with fewer layers than the checkpoint" 1 "not used by its config.json.*model\.layers\.3\." -- --model "$tmp/fewer" -n 2
+expect "... loaded with --allow-extra-tensors" 0 "generated" -- --model "$tmp/fewer" -n 2 --allow-extra-tensors
+
+# An explicit --packed-cache FILE that is not ours is left alone unless --force.
+printf 'my notes' > "$tmp/notes.bin"
+expect "--packed-cache on another file" 0 "not overwritten.*--force" -- --model "$model" -n 2 --packed-cache "$tmp/notes.bin"
+if [ "$(cat "$tmp/notes.bin")" = "my notes" ]; then echo "ok   ... the file is unchanged"; else echo "FAIL ... the file was changed"; failures=$((failures + 1)); fi
+expect "--packed-cache on another file with --force" 0 "wrote" -- --model "$model" -n 2 --packed-cache "$tmp/notes.bin" --force
+expect "... then it is ours" 0 "mapped from" -- --model "$model" -n 2 --packed-cache "$tmp/notes.bin"
 
 echo "$failures failure(s)"
 [ $failures = 0 ]

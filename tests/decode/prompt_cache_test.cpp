@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +27,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
 
 namespace {
 
@@ -398,7 +401,7 @@ TEST_CASE("prompt cache: damaged files are refused with a clear error", "[prompt
     auto r = decode::read_prompt_cache(path);
     REQUIRE_FALSE(r);
     CHECK(r.error().code == errc::io_error);
-    CHECK_THAT(r.error().message, Contains("[read_file_bytes] '" + path + "': cannot open"));
+    CHECK_THAT(r.error().message, Contains("[MappedFile::open] '" + path + "': cannot open"));
   }
   SECTION("a directory") {
     auto r = decode::read_prompt_cache(dir.str());
@@ -559,4 +562,55 @@ TEST_CASE("prompt cache: a token/state length mismatch is refused", "[prompt_cac
   REQUIRE_FALSE(back);
   CHECK(back.error().message.find(path) != std::string::npos);
   CHECK(back.error().message.find("holds 9 positions") != std::string::npos);
+}
+
+TEST_CASE("prompt cache: devices, FIFOs and directories are refused at once, never read",
+          "[prompt_cache]") {
+  TempDir dir("edgellm-prompt-cache");
+  const std::string fifo = dir.file("fifo.prompt");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {std::string("/dev/zero"), std::string("/dev/full"), fifo,
+                                 dir.path().string()}) {
+    if (!std::filesystem::exists(path)) continue;
+    INFO(path);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = decode::read_prompt_cache(path);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == errc::io_error);
+    CHECK_THAT(r.error().message, Contains("'" + path + "': is a "));
+    CHECK_THAT(r.error().message, Contains("not a regular file"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  }
+}
+
+TEST_CASE("prompt cache: a file that is not a prompt cache is never overwritten",
+          "[prompt_cache]") {
+  TempDir dir("edgellm-prompt-cache");
+  PromptCache c;
+  c.tokens = {1, 2, 3};
+  c.state.assign(64, std::byte{7});  // write_prompt_cache does not look into the state
+
+  const std::string notes = dir.write("notes.txt", "my notes");
+  auto st = decode::write_prompt_cache(notes, c);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code == errc::io_error);
+  CHECK_THAT(st.error().message, Contains("[write_prompt_cache] '" + notes +
+                                          "': exists and is not an edgellm prompt cache; not "
+                                          "overwritten"));
+  CHECK(edgellm::test::read_file(notes) == "my notes");
+
+  auto d = decode::write_prompt_cache(dir.path().string(), c);
+  REQUIRE_FALSE(d);
+  CHECK_THAT(d.error().message, Contains("is a directory"));
+
+  // Nothing, an empty file (mktemp's) or an older prompt cache: written.
+  const std::string path = dir.file("system.prompt");
+  REQUIRE(decode::write_prompt_cache(path, c));
+  c.tokens = {4, 5};
+  REQUIRE(decode::write_prompt_cache(path, c));
+  auto back = decode::read_prompt_cache(path);
+  REQUIRE(back);
+  CHECK(back->tokens == c.tokens);
+  const std::string empty = dir.write("empty.prompt", "");
+  REQUIRE(decode::write_prompt_cache(empty, c));
 }

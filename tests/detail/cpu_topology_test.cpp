@@ -75,3 +75,12 @@ TEST_CASE("cpu topology: sysfs cpu lists", "[detail]") {
   REQUIRE(parse_cpu_list("0-x").empty());
   REQUIRE(parse_cpu_list("0,,1").empty());
 }
+
+TEST_CASE("--threads cap: 4 x the hardware threads, never over 256", "[detail]") {
+  REQUIRE(max_threads_flag(2) == 8);
+  REQUIRE(max_threads_flag(16) == 64);
+  REQUIRE(max_threads_flag(64) == 256);
+  REQUIRE(max_threads_flag(192) == 256);
+  REQUIRE(max_threads_flag(0) == 256);  // unknown
+  REQUIRE(max_threads_flag() >= std::max<std::size_t>(hardware_threads(), 1));
+}

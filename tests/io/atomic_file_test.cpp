@@ -123,3 +123,45 @@ TEST_CASE("threads writing one target at once each leave a whole file", "[io]") 
     CHECK(entries(dir) == 1);
   }
 }
+
+TEST_CASE("check_replaceable: only nothing, an empty file or one of ours may be replaced",
+          "[io]") {
+  TempDir dir;
+  const std::string magic = "OURMAGIC";
+  const auto check = [&](const std::string& path) {
+    return io::check_replaceable(path, bytes_of(magic), "a thing of ours", "save_thing");
+  };
+  CHECK(check(dir.file("missing.bin")));
+  {
+    std::ofstream(dir.file("empty.bin"));
+  }
+  CHECK(check(dir.file("empty.bin")));
+  {
+    std::ofstream(dir.file("ours.bin")) << magic << "payload";
+  }
+  CHECK(check(dir.file("ours.bin")));
+
+  {
+    std::ofstream(dir.file("notes.txt")) << "someone's notes, not ours";
+  }
+  auto other = check(dir.file("notes.txt"));
+  REQUIRE_FALSE(other);
+  CHECK(other.error().code == edgellm::errc::io_error);
+  CHECK_THAT(other.error().message,
+             Contains("[save_thing] '" + dir.file("notes.txt") +
+                      "': exists and is not a thing of ours; not overwritten"));
+  {
+    std::ofstream(dir.file("short.bin")) << "OUR";  // a prefix of the magic is not ours
+  }
+  CHECK_FALSE(check(dir.file("short.bin")));
+
+  auto directory = check(dir.path().string());
+  REQUIRE_FALSE(directory);
+  CHECK_THAT(directory.error().message, Contains("is a directory, not a regular file"));
+  CHECK_THAT(directory.error().message, Contains("not written"));
+  if (std::filesystem::exists("/dev/full")) {
+    auto device = check("/dev/full");
+    REQUIRE_FALSE(device);
+    CHECK_THAT(device.error().message, Contains("is a character device"));
+  }
+}

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -243,4 +244,69 @@ TEST_CASE("read_file_bytes reads whole binary files and reports errors", "[io]")
   auto big = edgellm::io::read_file_bytes(path, 1000);
   REQUIRE_FALSE(big.has_value());
   CHECK_THAT(big.error().message, Contains("larger than the 1000-byte limit"));
+}
+
+TEST_CASE("every reader refuses devices, FIFOs and directories at once", "[io]") {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // no writer: a blocking open would never return
+  struct Case {
+    std::string path, kind;
+  };
+  const Case cases[] = {{"/dev/zero", "is a character device, not a regular file"},
+                        {"/dev/full", "is a character device, not a regular file"},
+                        {fifo, "is a FIFO (named pipe), not a regular file"},
+                        {dir.path().string(), "is a directory, not a regular file"}};
+  for (const Case& c : cases) {
+    if (!std::filesystem::exists(c.path)) continue;  // a container without /dev/full
+    INFO(c.path);
+    const auto refused = [&](const edgellm::error& e) {
+      CHECK(e.code == edgellm::errc::io_error);
+      CHECK_THAT(e.message, Contains("'" + c.path + "': " + c.kind));
+    };
+    auto m = edgellm::io::MappedFile::open(c.path);
+    REQUIRE_FALSE(m);
+    refused(m.error());
+    auto t = edgellm::io::read_text_file(c.path);
+    REQUIRE_FALSE(t);
+    refused(t.error());
+    auto b = edgellm::io::read_file_bytes(c.path);
+    REQUIRE_FALSE(b);
+    refused(b.error());
+    auto h = edgellm::io::read_file_head(c.path, 8, "head");
+    REQUIRE_FALSE(h);
+    refused(h.error());
+  }
+}
+
+TEST_CASE("a file over its kind's size limit is refused before it is read", "[io]") {
+  TempDir dir;
+  const std::string path = dir.write("big.json", std::string(5000, ' '));
+  auto m = edgellm::io::MappedFile::open(path, 4999);
+  REQUIRE_FALSE(m);
+  CHECK_THAT(m.error().message, Contains("'" + path + "': file of 5000 bytes is larger than the "
+                                         "4999-byte limit"));
+  REQUIRE(edgellm::io::MappedFile::open(path, 5000));
+  // A sparse file far beyond the limit: refused from its size alone, not read.
+  const std::string sparse = dir.file("sparse.json");
+  { std::ofstream(sparse).put(' '); }
+  std::filesystem::resize_file(sparse, std::uintmax_t{1} << 40);
+  auto t = edgellm::io::read_text_file(sparse, edgellm::io::kMaxConfigJsonBytes);
+  REQUIRE_FALSE(t);
+  CHECK_THAT(t.error().message, Contains("larger than the 16777216-byte limit"));
+}
+
+TEST_CASE("read_file_head reads the first bytes, or says nothing is there", "[io]") {
+  TempDir dir;
+  const std::string path = dir.write("f.bin", "0123456789");
+  auto h = edgellm::io::read_file_head(path, 4, "head");
+  REQUIRE(h);
+  REQUIRE(*h);
+  CHECK(std::string(reinterpret_cast<const char*>((*h)->data()), (*h)->size()) == "0123");
+  auto all = edgellm::io::read_file_head(path, 100, "head");
+  REQUIRE(all);
+  CHECK((*all)->size() == 10);
+  auto none = edgellm::io::read_file_head(dir.file("missing"), 4, "head");
+  REQUIRE(none);
+  CHECK_FALSE(*none);
 }

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using Catch::Matchers::Contains;
@@ -182,5 +183,94 @@ TEST_CASE("packed cache: stale, truncated, corrupted or unwritable caches are re
     REQUIRE(w);
     REQUIRE_THAT((*w)->packed_cache_note, Contains("cannot"));
     require_same_int4(**plain, **w);
+  }
+}
+
+TEST_CASE("packed cache: an explicit path holding another file is left alone unless forced",
+          "[model]") {
+  edgellm::test::TempDir tmp("edgellm-packed-explicit");
+  const std::string dir = edgellm::test::copy_fixture("qwen2-awq-gemm", tmp);
+  auto plain = load_weights(dir);
+  REQUIRE(plain);
+  LoadOptions o;
+  o.packed_cache = tmp.file("cache.bin");
+
+  SECTION("any other file") {
+    edgellm::test::write_file(o.packed_cache, "my thesis");
+    auto w = load_weights(dir, o);
+    REQUIRE(w);  // the weights load from the checkpoint
+    REQUIRE_THAT((*w)->packed_cache_note,
+                 Contains("exists and is not an edgellm packed cache") &&
+                     Contains("not overwritten") && Contains("packed_cache_overwrite") &&
+                     Contains("--force"));
+    CHECK(edgellm::test::read_file(o.packed_cache) == "my thesis");
+    require_same_int4(**plain, **w);
+    LoadOptions force = o;
+    force.packed_cache_overwrite = true;
+    auto f = load_weights(dir, force);
+    REQUIRE(f);
+    REQUIRE_THAT((*f)->packed_cache_note, Contains("wrote"));
+    auto mapped = load_weights(dir, o);
+    REQUIRE(mapped);
+    REQUIRE_THAT((*mapped)->packed_cache_note, Contains("mapped"));
+  }
+  SECTION("the packed cache of another model or other options") {
+    LoadOptions q4 = o;
+    q4.lm_head = LmHeadFormat::q4;
+    REQUIRE(load_weights(dir, q4));
+    const std::string before = edgellm::test::read_file(o.packed_cache);
+    auto w = load_weights(dir, o);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note,
+                 Contains("belongs to another checkpoint, config or set of load options") &&
+                     Contains("not overwritten"));
+    CHECK(edgellm::test::read_file(o.packed_cache) == before);
+  }
+  SECTION("its own cache, damaged, is rebuilt without asking") {
+    REQUIRE(load_weights(dir, o));
+    std::filesystem::resize_file(o.packed_cache, std::filesystem::file_size(o.packed_cache) - 4096);
+    auto w = load_weights(dir, o);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("truncated") && Contains("wrote"));
+  }
+  SECTION("a directory is never written through") {
+    std::filesystem::create_directories(o.packed_cache);
+    auto w = load_weights(dir, o);
+    REQUIRE(w);
+    REQUIRE_THAT((*w)->packed_cache_note, Contains("is a directory"));
+    CHECK(std::filesystem::is_directory(o.packed_cache));
+  }
+}
+
+TEST_CASE("packed cache: two threads loading one checkpoint with `auto` both succeed",
+          "[model]") {
+  edgellm::test::TempDir tmp("edgellm-packed-race");
+  const std::string dir = edgellm::test::copy_fixture("qwen2-awq-gemm", tmp);
+  auto plain = load_weights(dir);
+  REQUIRE(plain);
+  LoadOptions o;
+  o.packed_cache = "auto";
+  for (int round = 0; round < 3; ++round) {
+    std::filesystem::remove(edgellm::model::default_packed_cache_path(dir));
+    edgellm::result<std::shared_ptr<const TransformerWeights>> a = edgellm::error{},
+                                                               b = edgellm::error{};
+    std::thread ta([&] { a = load_weights(dir, o); });
+    std::thread tb([&] { b = load_weights(dir, o); });
+    ta.join();
+    tb.join();
+    REQUIRE(a);
+    REQUIRE(b);
+    for (const auto* w : {&*a, &*b}) {
+      INFO((*w)->packed_cache_note);
+      CHECK_THAT((*w)->packed_cache_note, !Contains("space") && !Contains("cannot"));
+      require_same_int4(**plain, **w);
+    }
+    std::size_t files = 0;  // the cache and the checkpoint's own files; no temporary left
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      files += e.path().filename().string().find(".tmp.") != std::string::npos;
+    CHECK(files == 0);
+    auto again = load_weights(dir, o);
+    REQUIRE(again);
+    CHECK_THAT((*again)->packed_cache_note, Contains("mapped"));
   }
 }

@@ -346,3 +346,72 @@ TEST_CASE("load_weights errors name the file and tensor", "[model]") {
     CHECK_THAT(e.message, Contains("model-00002-of-00003.safetensors"));
   }
 }
+
+namespace {
+
+// Rewrites `dir`/model.safetensors with its tensors plus `extra`.
+void add_tensors(const std::string& dir, const std::vector<edgellm::test::TensorOut>& extra) {
+  std::vector<edgellm::test::TensorOut> all;
+  {
+    auto ckpt = edgellm::io::Checkpoint::open(dir);
+    REQUIRE(ckpt);
+    for (const std::string& name : ckpt->names()) {
+      auto t = ckpt->find(name);
+      REQUIRE(t);
+      all.push_back({name, std::string(edgellm::io::dtype_name(t->type())), t->shape(),
+                     std::string(reinterpret_cast<const char*>(t->bytes.data()), t->bytes.size())});
+    }
+  }
+  all.insert(all.end(), extra.begin(), extra.end());
+  edgellm::test::write_safetensors(dir + "/model.safetensors", all);
+}
+
+}  // namespace
+
+TEST_CASE("load_weights: tensors the config does not use are an error unless allowed",
+          "[model]") {
+  TempDir tmp;
+  SECTION("every fixture and the bundled models use all their tensors") {
+    std::vector<std::string> dirs;
+    for (const auto& f : edgellm::test::kFixtures) dirs.push_back(model_fixture(f.name));
+    for (const char* m : {"kjv-target-awq", "kjv-draft-awq", "kjv-target-fp16", "kjv-draft-fp16"})
+      dirs.push_back(edgellm::test::source_dir() + "/models/" + m);
+    for (const std::string& dir : dirs) {
+      INFO(dir);
+      auto cfg = edgellm::model::load_model_config(dir);
+      REQUIRE(cfg);
+      auto ckpt = edgellm::io::Checkpoint::open(dir);
+      REQUIRE(ckpt);
+      CHECK(edgellm::model::unused_tensors(*ckpt, *cfg).empty());
+    }
+  }
+  SECTION("a config.json with fewer layers than the checkpoint") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    replace_in_file(dir + "/config.json", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::format_error);
+    CHECK_THAT(e.message, Contains("[load_weights] " + dir + ": 9 tensors of the checkpoint are "
+                                   "not used by its config.json (num_hidden_layers 1; is it "));
+    CHECK_THAT(e.message, Contains("model.layers.1.input_layernorm.weight, "
+                                   "model.layers.1.mlp.down_proj.weight"));
+    CHECK_THAT(e.message, Contains(", ... (LoadOptions::allow_extra_tensors"));
+    LoadOptions allow;
+    allow.allow_extra_tensors = true;
+    auto w = load_weights(dir, allow);
+    REQUIRE(w);
+    CHECK((*w)->layers.size() == 1);
+  }
+  SECTION("known-harmless tensors count as used; any other extra one is named") {
+    const std::string dir = copy_fixture("llama-fp16", tmp);
+    // A tied checkpoint that still stores lm_head.weight, plus an old transformers' inv_freq.
+    replace_in_file(dir + "/config.json", "\"tie_word_embeddings\": false",
+                    "\"tie_word_embeddings\": true");
+    add_tensors(dir, {{"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {4},
+                       std::string(16, '\0')}});
+    REQUIRE(load_weights(dir));
+    add_tensors(dir, {{"model.layers.0.mlp.extra.weight", "F32", {2}, std::string(8, '\0')}});
+    auto e = load_error(dir);
+    CHECK_THAT(e.message, Contains("1 tensors of the checkpoint are not used by its config.json"));
+    CHECK_THAT(e.message, Contains("): model.layers.0.mlp.extra.weight (LoadOptions::"));
+  }
+}

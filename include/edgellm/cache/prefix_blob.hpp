@@ -134,10 +134,17 @@ inline result<std::uint64_t> prefix_blob_length(std::span<const std::byte> blob)
 }
 
 /// Writes a prefix blob (export_prefix's output, or any bytes) to `path` atomically
-/// (io::AtomicFileWriter: a failed or interrupted write never leaves a partial file there).
-/// Errors name the file and the OS reason.
+/// (io::AtomicFileWriter: a failed or interrupted write never leaves a partial file there). An
+/// existing file at `path` is replaced only when it is a prefix blob (or empty); anything else
+/// is refused (io::check_replaceable). Errors name the file and the OS reason.
 inline status write_prefix_file(const std::string& path, std::span<const std::byte> blob) {
-  return io::write_file_atomic(path, blob, "write_prefix_file");
+  constexpr std::string_view where = "write_prefix_file";
+  if (auto st = io::check_replaceable(path, std::as_bytes(std::span(kPrefixMagic)),
+                                      "an edgellm KV prefix file", where);
+      !st) {
+    return st;
+  }
+  return io::write_file_atomic(path, blob, where);
 }
 
 /// Reads a whole prefix file (at most max_bytes; io::read_file_bytes). Errors name the file.

@@ -78,8 +78,16 @@ inline std::uint64_t tokens_checksum(std::span<const std::int32_t> tokens) noexc
 
 /// File layout (little-endian): magic "ELLMPCT1", u64 token count n, n x i32 token ids, u64
 /// checksum of the ids (tokens_checksum), then the state blob (which carries its own header and
-/// checksum). Written atomically (io::AtomicFileWriter). Errors name the file.
+/// checksum). Written atomically (io::AtomicFileWriter). An existing file at `path` is replaced
+/// only when it is a prompt cache (or empty): any other file, a directory or a device is refused
+/// (io::check_replaceable). Errors name the file.
 inline status write_prompt_cache(const std::string& path, const PromptCache& c) {
+  constexpr std::string_view where = "write_prompt_cache";
+  if (auto st = io::check_replaceable(path, std::as_bytes(std::span(detail::kPromptCacheMagic)),
+                                      "an edgellm prompt cache", where);
+      !st) {
+    return st;
+  }
   std::vector<std::byte> out(8 + 8 + 4 * c.tokens.size() + 8);
   std::size_t at = 0;
   const auto put = [&](const void* p, std::size_t n) {
@@ -95,17 +103,19 @@ inline status write_prompt_cache(const std::string& path, const PromptCache& c) 
   }
   edgellm::detail::store_le64(out.data() + at, detail::tokens_checksum(c.tokens));
   out.insert(out.end(), c.state.begin(), c.state.end());
-  return io::write_file_atomic(path, out, "write_prompt_cache");
+  return io::write_file_atomic(path, out, where);
 }
 
-/// Reads a file written by write_prompt_cache(). The state is checked when it is restored.
+/// Reads a file written by write_prompt_cache(). The path must be a regular file (a directory,
+/// device or FIFO is refused before anything is read); it is mapped, and its header and token
+/// ids are checked before the state is copied out. The state is checked when it is restored.
 inline result<PromptCache> read_prompt_cache(const std::string& path) {
-  auto bytes = io::read_file_bytes(path);
-  if (!bytes) return bytes.error();
+  auto file = io::MappedFile::open(path);
+  if (!file) return file.error();
   const auto bad = [&](const std::string& what) {
     return make_error(errc::format_error, "read_prompt_cache", path + ": " + what);
   };
-  const std::vector<std::byte>& b = *bytes;
+  const std::span<const std::byte> b = file->bytes();
   if (b.size() < 24 || std::memcmp(b.data(), detail::kPromptCacheMagic, 8) != 0)
     return bad("not an edgellm prompt cache (bad magic or too short)");
   const std::uint64_t n = edgellm::detail::load_le64(b.data() + 8);
@@ -118,11 +128,12 @@ inline result<PromptCache> read_prompt_cache(const std::string& path) {
   const std::uint64_t h = edgellm::detail::load_le64(b.data() + 16 + 4 * n);
   if (h != detail::tokens_checksum(c.tokens))
     return bad("token ids fail their checksum (corrupted file)");
-  c.state.assign(b.begin() + static_cast<std::ptrdiff_t>(24 + 4 * n), b.end());
-  if (auto held = cache::prefix_blob_length(c.state); held && *held != n) {
+  const std::span<const std::byte> state = b.subspan(24 + 4 * n);
+  if (auto held = cache::prefix_blob_length(state); held && *held != n) {
     return bad("its state holds " + std::to_string(*held) + " positions but it has " +
                std::to_string(n) + " token ids");
   }
+  c.state.assign(state.begin(), state.end());
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace edgellm::detail {
@@ -25,6 +26,18 @@ struct CpuTopology {
     return !performance.empty() && performance.size() < online.size();
   }
 };
+
+/// Logical CPUs of this machine (std::thread::hardware_concurrency), 0 when unknown.
+inline std::size_t hardware_threads() noexcept { return std::thread::hardware_concurrency(); }
+
+/// The most threads a command line accepts (`--threads`): 4 x the hardware threads, and never
+/// more than 256 (256 when the count is unknown). Threads beyond the cores only wait for one,
+/// and every fork-join waits for the slowest, so far beyond is a mistake, not a setting: the
+/// CLIs refuse it (exit 2) and warn on stderr above `hardware` alone.
+inline std::size_t max_threads_flag(std::size_t hardware = hardware_threads()) noexcept {
+  constexpr std::size_t kCap = 256;
+  return hardware == 0 ? kCap : std::min(kCap, 4 * hardware);
+}
 
 namespace topology_detail {
 inline bool read_unsigned(const std::string& path, unsigned long long& out) {

@@ -7,6 +7,7 @@
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/result.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <functional>
@@ -87,6 +88,29 @@ inline status write_file_atomic(const std::string& path, std::span<const std::by
   return w->commit();
 }
 
+/// Whether a writer may replace `path` with a file of the kind whose files start with `magic`
+/// (`kind` names it in messages, e.g. "an edgellm prompt cache"): yes when nothing is there, or
+/// an empty regular file, or a regular file that starts with `magic` (one of ours). Anything
+/// else is refused with errc::io_error naming the path and what is there: a directory, device
+/// or FIFO (never written through), or a file of other content (never replaced unasked).
+inline status check_replaceable(const std::string& path, std::span<const std::byte> magic,
+                                std::string_view kind, std::string_view where) {
+  auto head = read_file_head(path, magic.size(), where);
+  if (!head) {
+    error e = head.error();
+    e.message += "; not written (choose another path)";
+    return e;
+  }
+  if (!*head || (*head)->empty()) return {};
+  if ((*head)->size() == magic.size() &&
+      std::equal(magic.begin(), magic.end(), (*head)->begin())) {
+    return {};
+  }
+  return make_error(errc::io_error, where,
+                    "'" + path + "': exists and is not " + std::string(kind) +
+                        "; not overwritten (delete it or choose another path)");
+}
+
 #if EDGELLM_IO_POSIX
 
 inline result<AtomicFileWriter> AtomicFileWriter::create(const std::string& path,
@@ -108,8 +132,9 @@ inline result<AtomicFileWriter> AtomicFileWriter::create(const std::string& path
       w.tmp_ = std::move(tmp);
       return w;
     }
-    if (errno != EEXIST || n == 1000) {
-      return detail::io_error(where, path, "cannot create the temporary file '" + tmp + "'", errno);
+    const int err = errno;  // before anything else can change it
+    if (err != EEXIST || n == 1000) {
+      return detail::io_error(where, path, "cannot create the temporary file '" + tmp + "'", err);
     }
   }
 }
@@ -119,8 +144,9 @@ inline status AtomicFileWriter::write(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const ::ssize_t n = ::write(fd_, bytes.data(), bytes.size());
     if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("write failed", errno);
+      const int err = errno;
+      if (err == EINTR) continue;
+      return fail("write failed", err);
     }
     bytes = bytes.subspan(static_cast<std::size_t>(n));
   }
@@ -137,7 +163,8 @@ inline status AtomicFileWriter::commit() {
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0 && errno != EINTR) return fail("close failed", errno);
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    return fail("cannot rename the temporary file '" + tmp_ + "' over it", errno);
+    const int err = errno;
+    return fail("cannot rename the temporary file '" + tmp_ + "' over it", err);
   }
   tmp_.clear();
   return {};

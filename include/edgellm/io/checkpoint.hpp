@@ -180,7 +180,7 @@ inline result<Checkpoint> Checkpoint::open_index(const std::filesystem::path& di
                                                  const std::filesystem::path& index) {
   constexpr std::string_view where = "Checkpoint::open";
   const std::string index_name = index.string();
-  auto text = read_text_file(index_name);
+  auto text = read_text_file(index_name, kMaxIndexJsonBytes);
   if (!text) return text.error();
   auto root = json::parse(*text, index_name);
   if (!root) return root.error();

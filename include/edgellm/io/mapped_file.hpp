@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,7 @@
 #include <unistd.h>
 #else
 #define EDGELLM_IO_POSIX 0
+#include <filesystem>
 #endif
 
 namespace edgellm::io {
@@ -116,9 +118,11 @@ class MappedFile {
   ~MappedFile() { release(); }
 
   /// Opens `path` read-only and maps all of it. Fails with errc::io_error (the message names the
-  /// path and the errno text) when the file cannot be opened, is not a regular file, or cannot be
-  /// mapped; with errc::unsupported on platforms without POSIX mmap.
-  static result<MappedFile> open(const std::string& path);
+  /// path and the errno text) when the file cannot be opened, is not a regular file (a directory,
+  /// device, FIFO or socket: refused before anything is read), is larger than `max_bytes`, or
+  /// cannot be mapped; with errc::unsupported on platforms without POSIX mmap.
+  static result<MappedFile> open(const std::string& path,
+                                 std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
 
   /// First byte of the mapping; nullptr when the file is empty or nothing is mapped.
   const std::byte* data() const noexcept { return data_; }
@@ -171,13 +175,26 @@ class MappedFile {
 #if EDGELLM_IO_POSIX
 
 namespace detail {
-/// open(O_RDONLY | O_CLOEXEC), retried on EINTR, then fstat into `st`; the descriptor on
-/// success (the caller closes it), an io_error naming the path and errno text otherwise.
+
+/// "a directory", "a character device", ...: what a non-regular file is, for messages.
+inline const char* file_kind(mode_t mode) noexcept {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/// open(O_RDONLY | O_CLOEXEC | O_NONBLOCK), retried on EINTR, then fstat into `st`; the
+/// descriptor on success (the caller closes it), an io_error naming the path and errno text
+/// otherwise. O_NONBLOCK keeps open() from waiting for a writer on a FIFO; it changes nothing
+/// for regular files, the only kind read afterwards (open_regular_file).
 inline result<int> open_read_only(const std::string& path, std::string_view where,
                                   struct stat& st) {
   int fd = -1;
   do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return io_error(where, path, "cannot open for reading", errno);
   if (::fstat(fd, &st) != 0) {
@@ -187,32 +204,50 @@ inline result<int> open_read_only(const std::string& path, std::string_view wher
   }
   return fd;
 }
-}  // namespace detail
 
-inline result<MappedFile> MappedFile::open(const std::string& path) {
-  constexpr std::string_view where = "MappedFile::open";
+/// A descriptor open for reading on a regular file, and the file's size in bytes then.
+struct RegularFile {
+  int fd = -1;
+  std::size_t size = 0;
+};
+
+/// The one gate every reader of the library passes before reading a byte: opens `path`
+/// read-only and checks that it is a regular file (not a directory, device, FIFO or socket,
+/// which could block or never end) of at most `max_bytes` bytes. Errors (errc::io_error) name
+/// the path, what it is, or its size and the limit.
+inline result<RegularFile> open_regular_file(const std::string& path, std::string_view where,
+                                             std::size_t max_bytes) {
   struct stat st {};
-  auto opened = detail::open_read_only(path, where, st);
+  auto opened = open_read_only(path, where, st);
   if (!opened) return opened.error();
   const int fd = *opened;
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return make_error(
-        errc::io_error, where,
-        "'" + path +
-            "': " + (S_ISDIR(st.st_mode) ? "is a directory, not a file" : "is not a regular file"));
+    const std::string kind = file_kind(st.st_mode);
+    return make_error(errc::io_error, where,
+                      "'" + path + "': is " + kind + ", not a regular file");
   }
-  if (st.st_size < 0 ||
-      static_cast<std::uintmax_t>(st.st_size) > std::numeric_limits<std::size_t>::max()) {
+  if (st.st_size < 0 || static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
     ::close(fd);
     return make_error(errc::io_error, where,
                       "'" + path + "': file of " + std::to_string(st.st_size) +
-                          " bytes is too large to map in this address space");
+                          " bytes is larger than the " + std::to_string(max_bytes) +
+                          "-byte limit for this kind of file");
   }
+  return RegularFile{fd, static_cast<std::size_t>(st.st_size)};
+}
+
+}  // namespace detail
+
+inline result<MappedFile> MappedFile::open(const std::string& path, std::size_t max_bytes) {
+  constexpr std::string_view where = "MappedFile::open";
+  auto opened = detail::open_regular_file(path, where, max_bytes);
+  if (!opened) return opened.error();
+  const int fd = opened->fd;
 
   MappedFile f;
   f.path_ = path;
-  f.size_ = static_cast<std::size_t>(st.st_size);
+  f.size_ = opened->size;
   if (f.size_ == 0) {  // mmap of length 0 is EINVAL; an empty mapping is represented by nullptr
     ::close(fd);
     return f;
@@ -221,9 +256,9 @@ inline result<MappedFile> MappedFile::open(const std::string& path) {
   const int err = errno;
   ::close(fd);  // the mapping keeps its own reference to the file
   if (p == MAP_FAILED) {
+    const std::size_t size = f.size_;
     f.size_ = 0;
-    return detail::io_error(where, path, "cannot mmap " + std::to_string(st.st_size) + " bytes",
-                            err);
+    return detail::io_error(where, path, "cannot mmap " + std::to_string(size) + " bytes", err);
   }
   f.data_ = static_cast<const std::byte*>(p);
   return f;
@@ -301,19 +336,11 @@ namespace detail {
 template <class Container>
 result<Container> read_whole_file(const std::string& path, std::size_t max_bytes,
                                   std::string_view where) {
-  struct stat st {};
-  auto opened = open_read_only(path, where, st);
+  auto opened = open_regular_file(path, where, max_bytes);
   if (!opened) return opened.error();
-  const int fd = *opened;
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    return make_error(errc::io_error, where, "'" + path + "': is a directory, not a file");
-  }
+  const int fd = opened->fd;
   Container out;
-  if (S_ISREG(st.st_mode) && st.st_size > 0 &&
-      static_cast<std::uintmax_t>(st.st_size) <= max_bytes) {
-    out.reserve(static_cast<std::size_t>(st.st_size));
-  }
+  out.reserve(opened->size);
   using T = typename Container::value_type;
   static_assert(sizeof(T) == 1);
   T buf[1 << 16];
@@ -328,9 +355,9 @@ result<Container> read_whole_file(const std::string& path, std::size_t max_bytes
     if (n == 0) break;
     if (out.size() + static_cast<std::size_t>(n) > max_bytes) {
       ::close(fd);
-      return make_error(
-          errc::io_error, where,
-          "'" + path + "': file is larger than the " + std::to_string(max_bytes) + "-byte limit");
+      return make_error(errc::io_error, where,
+                        "'" + path + "': file grew past the " + std::to_string(max_bytes) +
+                            "-byte limit while being read");
     }
     out.insert(out.end(), buf, buf + n);
   }
@@ -341,7 +368,7 @@ result<Container> read_whole_file(const std::string& path, std::size_t max_bytes
 
 #else  // !EDGELLM_IO_POSIX
 
-inline result<MappedFile> MappedFile::open(const std::string& path) {
+inline result<MappedFile> MappedFile::open(const std::string& path, std::size_t) {
   return make_error(errc::unsupported, "MappedFile::open",
                     "'" + path + "': memory mapping is only implemented for POSIX systems");
 }
@@ -360,6 +387,15 @@ namespace detail {
 template <class Container>
 result<Container> read_whole_file(const std::string& path, std::size_t max_bytes,
                                   std::string_view where) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return make_error(errc::io_error, where, "'" + path + "': is not a regular file");
+  }
+  if (std::filesystem::file_size(path, ec) > max_bytes && !ec) {
+    return make_error(errc::io_error, where,
+                      "'" + path + "': file is larger than the " + std::to_string(max_bytes) +
+                          "-byte limit for this kind of file");
+  }
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return io_error(where, path, "cannot open for reading", errno);
   Container out;
@@ -385,16 +421,65 @@ result<Container> read_whole_file(const std::string& path, std::size_t max_bytes
 
 #endif  // EDGELLM_IO_POSIX
 
+/// The first `n` bytes of `path` (fewer when the file is shorter), read through the same gate
+/// as every reader (a regular file, checked before reading); nullopt when nothing exists at
+/// `path`. For writers that check what they are about to replace (io/atomic_file.hpp).
+inline result<std::optional<std::vector<std::byte>>> read_file_head(const std::string& path,
+                                                                    std::size_t n,
+                                                                    std::string_view where) {
+#if EDGELLM_IO_POSIX
+  auto opened = detail::open_regular_file(path, where, std::numeric_limits<std::size_t>::max());
+  if (!opened) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
+      return std::optional<std::vector<std::byte>>();
+    }
+    return opened.error();
+  }
+  std::vector<std::byte> head(std::min(n, opened->size));
+  std::size_t got = 0;
+  while (got < head.size()) {
+    const ::ssize_t r = ::pread(opened->fd, head.data() + got, head.size() - got,
+                                static_cast<off_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = r < 0 ? errno : 0;
+      ::close(opened->fd);
+      if (err == 0) break;
+      return detail::io_error(where, path, "read failed", err);
+    }
+    got += static_cast<std::size_t>(r);
+  }
+  ::close(opened->fd);
+  head.resize(got);
+  return std::optional<std::vector<std::byte>>(std::move(head));
+#else
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::optional<std::vector<std::byte>>();
+  auto all = detail::read_whole_file<std::vector<std::byte>>(path, std::size_t{1} << 40, where);
+  if (!all) return all.error();
+  if (all->size() > n) all->resize(n);
+  return std::optional<std::vector<std::byte>>(std::move(*all));
+#endif
+}
+
+/// Size limits of the files read whole, far above any real one: a file beyond its limit is
+/// refused before it is read.
+inline constexpr std::size_t kMaxConfigJsonBytes = std::size_t{16} << 20;     ///< config.json & co.
+inline constexpr std::size_t kMaxTokenizerJsonBytes = std::size_t{512} << 20;  ///< tokenizer.json
+inline constexpr std::size_t kMaxIndexJsonBytes = std::size_t{256} << 20;  ///< safetensors index
+
 /// Reads a whole file into a string (bytes as they are; no newline or encoding conversion).
-/// Fails with errc::io_error naming the path and the errno text, or when the file is larger than
-/// `max_bytes` (default 1 GiB, far above any config or tokenizer file).
+/// Fails with errc::io_error naming the path and the errno text, when the path is not a regular
+/// file (refused at once: a FIFO or /dev/zero would block or never end), or when the file is
+/// larger than `max_bytes` (default 1 GiB).
 inline result<std::string> read_text_file(const std::string& path,
                                           std::size_t max_bytes = std::size_t{1} << 30) {
   return detail::read_whole_file<std::string>(path, max_bytes, "read_text_file");
 }
 
-/// Reads a whole binary file (a prefix or prompt cache). Errors as read_text_file's; the
-/// default limit is 1 TiB (files are read whole, so the caller's memory is the real limit).
+/// Reads a whole binary file (a prefix blob). Errors as read_text_file's; the default limit is
+/// 1 TiB (files are read whole, so the caller's memory is the real limit).
 inline result<std::vector<std::byte>> read_file_bytes(
     const std::string& path, std::size_t max_bytes = std::size_t{1} << 40) {
   return detail::read_whole_file<std::vector<std::byte>>(path, max_bytes, "read_file_bytes");

@@ -548,7 +548,7 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
 
 namespace detail {
 inline result<io::json::Value> read_json_file(const std::string& path) {
-  auto text = io::read_text_file(path);
+  auto text = io::read_text_file(path, io::kMaxConfigJsonBytes);
   if (!text) return text.error();
   return io::json::parse(*text, path);
 }

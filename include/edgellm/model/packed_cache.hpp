@@ -78,7 +78,7 @@ inline result<std::uint64_t> packed_source_key(const std::string& dir, const io:
     fnv_mix(h, std::to_string(st.st_size));
     fnv_mix(h, std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec));
   }
-  auto cfg = io::MappedFile::open(dir + "/config.json");
+  auto cfg = io::MappedFile::open(dir + "/config.json", io::kMaxConfigJsonBytes);
   if (!cfg) return cfg.error();
   fnv_mix(h, std::string_view(reinterpret_cast<const char*>(cfg->data()), cfg->size()));
   return h;
@@ -196,6 +196,27 @@ class PackedCacheReader {
   io::MappedFile file_;
   std::vector<PackedEntry> entries_;
 };
+
+/// Whether the packed cache at `path` may be rebuilt for source `key` without being told:
+/// nothing is there, or an empty file, or a packed cache built from the same source (stale in
+/// its version or damaged, so rebuilding repairs it). A packed cache of another checkpoint,
+/// config or load options, or any other file, is refused with a message saying so (the caller
+/// adds how to force it); a directory or device is refused always.
+inline status check_packed_cache_replaceable(const std::string& path, std::uint64_t key) {
+  const std::string where = "packed cache " + path;
+  auto head = io::read_file_head(path, 32, where);
+  if (!head) return head.error();
+  if (!*head || (*head)->empty()) return {};
+  const std::vector<std::byte>& h = **head;
+  if (h.size() < 32 || std::memcmp(h.data(), kPackedMagic, 16) != 0)
+    return make_error(errc::io_error, where, "exists and is not an edgellm packed cache");
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, h.data() + 24, 8);
+  if (stored != key)
+    return make_error(errc::io_error, where,
+                      "belongs to another checkpoint, config or set of load options");
+  return {};
+}
 
 /// Writes `matrices` (name, matrix) as a packed cache at `path` atomically (io::AtomicFileWriter),
 /// so readers never see a half-written cache.

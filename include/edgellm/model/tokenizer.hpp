@@ -232,7 +232,7 @@ inline result<Tokenizer> Tokenizer::load(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "tokenizer.json").string();
-  auto text = io::read_text_file(file);
+  auto text = io::read_text_file(file, io::kMaxTokenizerJsonBytes);
   if (!text) return text.error();
   return from_json(*text, file);
 }

@@ -68,8 +68,19 @@ struct LoadOptions {
   /// repacking, no owned copy); otherwise they are built as usual and the file is (re)written for
   /// the next load. A cache that cannot be read or written is not an error: the weights load
   /// from the checkpoint and TransformerWeights::packed_cache_note says why. Ignored in
-  /// fp32_reference mode.
+  /// fp32_reference mode. An explicit path is only (re)written when the file there is missing,
+  /// empty or a packed cache of this same source (damaged or of an older version): a packed
+  /// cache of another checkpoint, config or options, or any other file, is left alone unless
+  /// packed_cache_overwrite is set (the note says so). `auto` paths are always rewritten.
   std::string packed_cache;
+  /// With an explicit packed_cache path: replace whatever file is there (`--force` on the CLIs).
+  bool packed_cache_overwrite = false;
+  /// Load a checkpoint that holds tensors the config does not use (as PyTorch's
+  /// load_state_dict(strict=False)). By default they are an error naming the first few: they
+  /// usually mean config.json does not describe the checkpoint (say 5 layers for a 6-layer
+  /// one), which would otherwise run a different model without a word. Tensors every loader
+  /// ignores are never counted (unused_tensors). `--allow-extra-tensors` on the CLIs.
+  bool allow_extra_tensors = false;
   /// With packed_cache: copy the int4 matrices out of the mapped file into owned memory (2 MiB
   /// pages where the kernel allows) instead of using them in place, and an unquantised lm_head
   /// out of the checkpoint likewise. Loading reads and writes them once more (most of it the
@@ -438,6 +449,45 @@ inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks)
 
 }  // namespace detail
 
+/// The tensors of `ckpt` that load_weights does not read for config `c`, sorted by name.
+/// Read: model.embed_tokens.weight, model.norm.weight, lm_head.weight (unless the embeddings are
+/// tied), and for each of the num_hidden_layers layers its two norms and seven linears (AWQ
+/// qweight / qzeros / scales, or weight for unquantised and modules_to_not_convert linears), with
+/// the biases the config asks for. Never counted: `*.rotary_emb.inv_freq` (a buffer old
+/// transformers versions saved, recomputed from rope_theta) and a stored lm_head.weight of a
+/// tied checkpoint (transformers ignores it as well).
+inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const ModelConfig& c) {
+  std::vector<std::string> used = {"model.embed_tokens.weight", "model.norm.weight",
+                                   "lm_head.weight"};
+  const std::pair<std::string_view, bool> linears[] = {
+      {"self_attn.q_proj", c.attention_qkv_bias}, {"self_attn.k_proj", c.attention_qkv_bias},
+      {"self_attn.v_proj", c.attention_qkv_bias}, {"self_attn.o_proj", c.attention_out_bias},
+      {"mlp.gate_proj", c.mlp_bias},              {"mlp.up_proj", c.mlp_bias},
+      {"mlp.down_proj", c.mlp_bias}};
+  for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string pre = "model.layers." + std::to_string(i) + ".";
+    used.push_back(pre + "input_layernorm.weight");
+    used.push_back(pre + "post_attention_layernorm.weight");
+    for (const auto& [module, bias] : linears) {
+      const std::string m = pre + std::string(module);
+      if (c.awq && c.awq->is_quantized(module)) {
+        for (const char* part : {".qweight", ".qzeros", ".scales"}) used.push_back(m + part);
+      } else {
+        used.push_back(m + ".weight");
+      }
+      if (bias) used.push_back(m + ".bias");
+    }
+  }
+  std::sort(used.begin(), used.end());
+  std::vector<std::string> unused;
+  for (std::string& name : ckpt.names()) {
+    if (std::binary_search(used.begin(), used.end(), name)) continue;
+    if (name.ends_with(".rotary_emb.inv_freq")) continue;
+    unused.push_back(std::move(name));
+  }
+  return unused;
+}
+
 /// Loads the decoder in checkpoint directory `dir`: config.json (see load_model_config; model
 /// types llama, qwen2, mistral), then every tensor, each checked for presence, dtype and shape
 /// against the config (messages name the file and tensor, e.g. "[load_weights]
@@ -452,7 +502,8 @@ inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks)
 /// - embed_tokens: kept as stored (F16/BF16/F32) in the mapping; rows converted on lookup.
 /// - lm_head (embed_tokens when tie_word_embeddings): as stored, or int4 (options.lm_head).
 /// - norms and biases: fp32 vectors.
-/// Tensors the model does not use (e.g. rotary_emb.inv_freq) are ignored.
+/// Tensors the config does not use are an error naming the first few (unused_tensors), unless
+/// options.allow_extra_tensors.
 /// Memory: converted tensors' mapped pages are released as loading goes (see LoadOptions), so
 /// peak resident memory is about the converted weights plus one tensor plus the as-stored
 /// embedding / lm_head pages that get touched.
@@ -514,12 +565,16 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   std::string packed_path;
   std::uint64_t packed_key = 0;
   std::optional<detail::PackedCacheReader> packed;
+  bool packed_writable = true;  // false: the file there is not ours to replace
   if (!options.packed_cache.empty() && !options.fp32_reference) {
     packed_path =
         options.packed_cache == "auto" ? default_packed_cache_path(dir) : options.packed_cache;
     const std::string signature =
         std::string("lm_head=") + (options.lm_head == LmHeadFormat::q4 ? "q4" : "as_stored") +
         ";rtn=" + std::to_string(w->rtn_group_size);
+    // `auto` names a file of ours by construction; another path may hold someone else's.
+    const bool ask_before_replacing =
+        options.packed_cache != "auto" && !options.packed_cache_overwrite;
     auto key = detail::packed_source_key(dir, *ckpt, signature);
     if (!key) return key.error();
     packed_key = *key;
@@ -528,6 +583,14 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
     } else if (auto r = detail::PackedCacheReader::open(packed_path, packed_key)) {
       packed.emplace(std::move(*r));
       ld.use_packed_cache(&*packed);
+    } else if (auto mine = ask_before_replacing
+                               ? detail::check_packed_cache_replaceable(packed_path, packed_key)
+                               : status{};
+               !mine) {
+      packed_writable = false;
+      w->packed_cache_note = mine.error().message +
+                             "; not overwritten (LoadOptions::packed_cache_overwrite, or --force "
+                             "on the command line, replaces it)";
     } else {
       w->packed_cache_note = r.error().message + "; rebuilding it";
     }
@@ -618,8 +681,24 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
     w->lm_head.dense = std::move(*d);
   }
 
+  // Checked last, so that a missing or misshapen tensor is reported as such first.
+  if (!options.allow_extra_tensors) {
+    if (const std::vector<std::string> extra = unused_tensors(*ckpt, c); !extra.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < extra.size() && i < 5; ++i) list += (i ? ", " : "") + extra[i];
+      if (extra.size() > 5) list += ", ...";
+      return make_error(errc::format_error, where,
+                        dir + ": " + std::to_string(extra.size()) +
+                            " tensors of the checkpoint are not used by its config.json "
+                            "(num_hidden_layers " +
+                            std::to_string(c.num_hidden_layers) +
+                            "; is it this checkpoint's config?): " + list +
+                            " (LoadOptions::allow_extra_tensors or --allow-extra-tensors loads "
+                            "it anyway)");
+    }
+  }
   w->released_source_bytes = ld.released();
-  if (!packed_path.empty()) {
+  if (!packed_path.empty() && packed_writable) {
     if (packed && ld.packed_misses() == 0) {
       w->packed_cache_note = std::string(options.packed_cache_copy ? "int4 weights copied from "
                                                                     : "int4 weights mapped from ") +
