@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#ifndef EDGELLM_GIT_SHA
-#define EDGELLM_GIT_SHA "unknown"
-#endif
+namespace edgellm::c_api {
+extern const char* const git_sha;  // bindings/c/git_sha.cpp: configure-time, else "unknown"
+}  // namespace edgellm::c_api
 
 struct edgellm_model {
   std::shared_ptr<const edgellm::Engine> engine;
@@ -68,18 +68,20 @@ edgellm_status fail(edgellm_status code, std::string_view message) noexcept {
   return code;
 }
 
-// "[where] what", as edgellm::make_error words it.
-edgellm_status fail(edgellm_status code, std::string_view where, std::string_view what) noexcept {
+// "[where] what detail", as edgellm::make_error words it.
+edgellm_status fail(edgellm_status code, std::string_view where, std::string_view what,
+                    std::string_view detail = {}) noexcept {
   try {
     std::string m;
-    m.reserve(where.size() + what.size() + 3);
+    m.reserve(where.size() + what.size() + detail.size() + 3);
     m += '[';
     m += where;
     m += "] ";
     m += what;
+    m += detail;
     return fail(code, m);
   } catch (...) {
-    return fail(EDGELLM_ERR_OUT_OF_MEMORY, "out of memory (while building an error message)");
+    return fail(code, "out of memory (while building an error message)");
   }
 }
 
@@ -110,10 +112,10 @@ template <class Body>
 edgellm_status guarded(std::string_view where, Body&& body) noexcept {
   try {
     return body();
-  } catch (const std::bad_alloc& e) {
-    return fail(EDGELLM_ERR_OUT_OF_MEMORY, where, std::string("out of memory (") + e.what() + ")");
+  } catch (const std::bad_alloc&) {
+    return fail(EDGELLM_ERR_OUT_OF_MEMORY, where, "out of memory (an allocation failed)");
   } catch (const std::exception& e) {
-    return fail(EDGELLM_ERR_INTERNAL, where, std::string("internal error: ") + e.what());
+    return fail(EDGELLM_ERR_INTERNAL, where, "internal error: ", e.what());
   } catch (...) {
     return fail(EDGELLM_ERR_INTERNAL, where, "internal error: an unknown exception");
   }
@@ -121,9 +123,10 @@ edgellm_status guarded(std::string_view where, Body&& body) noexcept {
 
 // ---- the memory plan -------------------------------------------------------------------------
 
-// INTEGRATOR: the single place the memory plan (edgellm::plan_memory, edgellm/plan.hpp) plugs in.
-// edgellm_plan() fills *out with it; edgellm_model_load() with memory_budget_bytes != 0 refuses
-// with EDGELLM_ERR_OUT_OF_MEMORY when out->peak_bytes exceeds the budget.
+// INTEGRATOR: the single place the memory plan (edgellm::plan_memory, edgellm/plan.hpp) plugs in:
+// fill *out from it (or return its error through fail()). edgellm_plan() returns *out;
+// edgellm_model_load() with memory_budget_bytes != 0 already refuses with
+// EDGELLM_ERR_OUT_OF_MEMORY when out->peak_bytes exceeds the budget.
 edgellm_status make_memory_plan(const char* /*model_dir*/, const edgellm_model_options& /*mo*/,
                                 const edgellm_session_options& /*so*/, edgellm_memory_plan* out) {
   *out = edgellm_memory_plan{};
@@ -265,7 +268,7 @@ std::string make_build_info() {
                   std::to_string(EDGELLM_VERSION_MINOR) + "." +
                   std::to_string(EDGELLM_VERSION_PATCH);
   s += " git ";
-  s += EDGELLM_GIT_SHA;
+  s += edgellm::c_api::git_sha;
 #if defined(__clang__)
   s += " clang " + std::to_string(__clang_major__) + "." + std::to_string(__clang_minor__) + "." +
        std::to_string(__clang_patchlevel__);
@@ -364,6 +367,15 @@ extern "C" edgellm_status edgellm_model_load(const char* model_dir,
       if (auto st = make_memory_plan(model_dir, o, edgellm_session_options_default(), &plan);
           st != EDGELLM_OK)
         return st;
+      if (plan.peak_bytes > o.memory_budget_bytes) {
+        return fail(EDGELLM_ERR_OUT_OF_MEMORY, where,
+                    "options->memory_budget_bytes: " + std::to_string(o.memory_budget_bytes) +
+                        " is less than the plan's peak of " + std::to_string(plan.peak_bytes) +
+                        " bytes (weights " + std::to_string(plan.weights_resident_bytes) +
+                        ", KV cache " + std::to_string(plan.kv_cache_bytes) + " at " +
+                        std::to_string(plan.context_size) + " tokens, scratch " +
+                        std::to_string(plan.scratch_bytes) + "); nothing was loaded");
+      }
     }
     auto engine = edgellm::Engine::load(model_dir, eo);
     if (!engine) return fail(engine.error());

@@ -145,6 +145,8 @@ def main():
         print(f"[{stats.prompt_tokens} prompt tokens, {stats.new_tokens} generated; "
               f"stop: {STOP_REASONS[stats.stop_reason]}; time to first token "
               f"{stats.time_to_first_token_s * 1e3:.1f} ms]")
+        if args.cancel_after and pieces >= args.cancel_after and STOP_REASONS[stats.stop_reason] != "callback":
+            sys.exit("the callback returned 0 but generation went on")
     finally:
         api.edgellm_session_free(session)  # both accept NULL
         api.edgellm_model_free(model)

@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__GLIBC__) || defined(__linux__)
+#include <malloc.h>
+#endif
 
 #ifndef EDGELLM_SOURCE_DIR
 #define EDGELLM_SOURCE_DIR "."
@@ -28,11 +31,17 @@
 #define SANITIZED 0
 #endif
 
-/* VmRSS of this process in kB, or -1. */
+/* VmRSS of this process in kB, or -1. glibc keeps freed heap memory for reuse (and its mmap
+ * threshold grows after the first large free, so later cycles' buffers come from the heap):
+ * malloc_trim first, so the reading is what the process still holds, not what malloc caches. */
 static long rss_kb(void) {
   char line[256];
   long kb = -1;
-  FILE* f = fopen("/proc/self/status", "r");
+  FILE* f;
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  f = fopen("/proc/self/status", "r");
   if (f == NULL) return -1;
   while (fgets(line, sizeof line, f) != NULL) {
     if (strncmp(line, "VmRSS:", 6) == 0) {
@@ -95,6 +104,7 @@ int main(void) {
       fprintf(stderr, "cycle %d: %u tokens, %d pieces of text\n", i, (unsigned)stats.new_tokens, pieces);
       return 1;
     }
+    if (getenv("EDGELLM_LEAK_TEST_VERBOSE") != NULL) printf("cycle %d: VmRSS %ld kB\n", i, rss_kb());
     if (i == 1) first = rss_kb();
     if (i == cycles) last = rss_kb();
   }

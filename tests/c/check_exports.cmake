@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # ctest c_api.exports: libedgellm_c.so exports the edgellm_* functions of the C header and
 # nothing else. Usage: cmake -DNM=<nm> -DLIB=<libedgellm_c.so> -P check_exports.cmake
+cmake_minimum_required(VERSION 3.21)
 execute_process(COMMAND "${NM}" -D --defined-only "${LIB}"
                 OUTPUT_VARIABLE _out RESULT_VARIABLE _rc ERROR_VARIABLE _err)
 if(NOT _rc EQUAL 0)

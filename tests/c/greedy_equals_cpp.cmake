@@ -3,6 +3,7 @@
 # (the C++ Session) prints for the same model, prompt and greedy settings.
 # Usage: cmake -DC_EXAMPLE=<exe> -DCPP_TOOL=<edgellm-generate> -DMODEL=<dir> -DPROMPT=<text>
 #              -DTOKENS=<n> -P greedy_equals_cpp.cmake
+cmake_minimum_required(VERSION 3.21)
 execute_process(COMMAND "${C_EXAMPLE}" "${MODEL}" "${PROMPT}" "${TOKENS}"
                 OUTPUT_VARIABLE _c RESULT_VARIABLE _c_rc ERROR_VARIABLE _c_err)
 execute_process(COMMAND "${CPP_TOOL}" --model "${MODEL}" --prompt "${PROMPT}" -n "${TOKENS}"
