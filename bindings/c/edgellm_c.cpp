@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -105,6 +106,17 @@ edgellm_status to_status(errc code) noexcept {
   return EDGELLM_ERR_INTERNAL;
 }
 
+// The integer a C caller stored in an enum: C allows any int there, while C++ may assume an enum
+// holds only its enumerators' range (reading another value is undefined behaviour), so the
+// bytes are read as the underlying type.
+template <class Enum>
+std::int64_t enum_value(const Enum& e) noexcept {
+  std::underlying_type_t<Enum> v;
+  static_assert(sizeof v == sizeof e);
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<std::int32_t>(v);
+}
+
 edgellm_status fail(const edgellm::error& e) noexcept { return fail(to_status(e.code), e.message); }
 
 // Runs `body` (which returns an edgellm_status) with every exception turned into a status.
@@ -183,12 +195,12 @@ edgellm_status to_sampling(std::string_view where, std::string_view name, const 
 
 edgellm_status to_session_options(std::string_view where, const std::string& name,
                                   const edgellm_session_options& o, edgellm::SessionOptions& so) {
-  switch (o.kv_type) {
+  switch (enum_value(o.kv_type)) {
     case EDGELLM_KV_INT8: so.kv_type = edgellm::cache::KvType::int8; break;
     case EDGELLM_KV_F16: so.kv_type = edgellm::cache::KvType::f16; break;
     case EDGELLM_KV_F32: so.kv_type = edgellm::cache::KvType::f32; break;
     default:
-      return invalid(where, name + "->kv_type: " + std::to_string(static_cast<int>(o.kv_type)) +
+      return invalid(where, name + "->kv_type: " + std::to_string(enum_value(o.kv_type)) +
                                 " is not an edgellm_kv_type (EDGELLM_KV_INT8, _F16, _F32)");
   }
   so.context_size = o.context_size;
@@ -301,7 +313,7 @@ extern "C" const char* edgellm_last_error(void) {
 }
 
 extern "C" const char* edgellm_status_string(edgellm_status status) {
-  switch (status) {
+  switch (enum_value(status)) {
     case EDGELLM_OK: return "ok";
     case EDGELLM_ERR_INVALID_ARGUMENT: return "invalid argument";
     case EDGELLM_ERR_SHAPE_MISMATCH: return "shape mismatch";
