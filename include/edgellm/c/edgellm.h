@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* edgellm's C API: a plain C99 interface over the C++ session facade (edgellm/session.hpp), for
+ * apps that reach native code through a C ABI (JNI from Kotlin/Java, Swift, Python ctypes, Rust).
+ * Implemented in bindings/c/edgellm_c.cpp, built as libedgellm_c (shared and static; only the
+ * edgellm_* symbols are exported).
+ *
+ * Handles and lifetimes
+ *   edgellm_model    a loaded checkpoint directory (weights, tokenizer, stop ids), read-only once
+ *                    loaded. edgellm_model_load() creates it, edgellm_model_free() releases it.
+ *   edgellm_session  one conversation over a model (its own KV cache, sampler, decoder).
+ *                    edgellm_session_create() / edgellm_session_free(). A session keeps its model
+ *                    alive: the model's memory is released when the model handle and every session
+ *                    over it have been freed, in any order.
+ *   Every *_free() accepts NULL. Strings passed in are copied or used only during the call.
+ *
+ * Errors
+ *   Every fallible function returns an edgellm_status (EDGELLM_OK == 0). On failure, the message
+ *   that names what failed (file, tensor, argument) is returned by edgellm_last_error() on the
+ *   same thread, until the next edgellm_* call on that thread (like errno: one slot per thread,
+ *   never shared between threads). No C++ exception crosses this interface.
+ *
+ * Threads
+ *   A model may be shared by any number of sessions used concurrently on different threads.
+ *   A session is used by one thread at a time. The token callback runs on the thread that
+ *   called edgellm_generate(). A model loaded with threads > 1 owns a pool of that many
+ *   threads that its sessions take turns on.
+ */
+#ifndef EDGELLM_C_EDGELLM_H
+#define EDGELLM_C_EDGELLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  if defined(EDGELLM_C_BUILD)
+#    define EDGELLM_C_API __declspec(dllexport)
+#  else
+#    define EDGELLM_C_API
+#  endif
+#else
+#  define EDGELLM_C_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status and errors ---------------------------------------------------------------- */
+
+typedef enum edgellm_status {
+  EDGELLM_OK = 0,
+  EDGELLM_ERR_INVALID_ARGUMENT = 1, /* a value out of range, a NULL handle, a bad option */
+  EDGELLM_ERR_SHAPE_MISMATCH = 2,   /* tensor or buffer shapes disagree */
+  EDGELLM_ERR_IO = 3,               /* a file could not be opened, mapped, read or written */
+  EDGELLM_ERR_FORMAT = 4,           /* a file's content is malformed or lies about itself */
+  EDGELLM_ERR_UNSUPPORTED = 5,      /* well-formed, but not handled (architecture, backend) */
+  EDGELLM_ERR_OUT_OF_RANGE = 6,     /* an index, token id or position past its limit */
+  EDGELLM_ERR_CAPACITY = 7,         /* a buffer (context, or a caller's output array) is full */
+  EDGELLM_ERR_OUT_OF_MEMORY = 8,    /* an allocation failed, or the memory budget is exceeded */
+  EDGELLM_ERR_INTERNAL = 9          /* a bug: please report the message */
+} edgellm_status;
+
+/* The message of the latest failed call on this thread ("" if none). The pointer stays valid
+ * until the next edgellm_* call on this thread. */
+EDGELLM_C_API const char* edgellm_last_error(void);
+
+/* A short name for a status ("ok", "invalid argument", ...); never NULL. */
+EDGELLM_C_API const char* edgellm_status_string(edgellm_status status);
+
+/* ---- version and build ----------------------------------------------------------------- */
+
+/* "MAJOR.MINOR.PATCH" of the library. */
+EDGELLM_C_API const char* edgellm_version(void);
+/* One line: version, git sha (if known at build time), compiler, target architecture and the
+ * int4 microkernel the run-time dispatch picks on this CPU. */
+EDGELLM_C_API const char* edgellm_build_info(void);
+
+/* ---- model ----------------------------------------------------------------------------- */
+
+typedef struct edgellm_model edgellm_model;
+
+typedef struct edgellm_model_options {
+  int32_t threads;              /* > 1: the model owns a pool of this many threads; 0 or 1: none */
+  const char* backend;          /* NULL or "cpu" ("vulkan" where built with it); else UNSUPPORTED */
+  const char* lm_head;          /* NULL or "stored": as stored; "q4": int4 (falls back to stored) */
+  const char* packed_cache;     /* NULL: none; "auto": beside the checkpoint; or a file path */
+  int32_t load_tokenizer;       /* nonzero: load tokenizer.json (needed to generate text) */
+  uint64_t memory_budget_bytes; /* 0: none; else refuse (OUT_OF_MEMORY) when the plan exceeds it */
+} edgellm_model_options;
+
+/* The defaults: threads 1, backend cpu, lm_head stored, no packed cache, tokenizer loaded, no
+ * budget. */
+EDGELLM_C_API edgellm_model_options edgellm_model_options_default(void);
+
+/* Loads a Hugging Face / AutoAWQ checkpoint directory. options may be NULL (the defaults).
+ * On success *out_model is a new handle; on failure it is set to NULL. */
+EDGELLM_C_API edgellm_status edgellm_model_load(const char* model_dir,
+                                                const edgellm_model_options* options,
+                                                edgellm_model** out_model);
+EDGELLM_C_API void edgellm_model_free(edgellm_model* model);
+
+/* Model facts (0 for a NULL model). */
+EDGELLM_C_API size_t edgellm_model_vocab_size(const edgellm_model* model);
+EDGELLM_C_API size_t edgellm_model_max_context(const edgellm_model* model);
+
+/* ---- tokenizer ------------------------------------------------------------------------- */
+
+/* Encodes text[0..text_len) into token ids. Writes at most capacity ids to out_ids (which may be
+ * NULL when capacity is 0) and the number of ids the text has to *out_count; when that number
+ * exceeds capacity, returns EDGELLM_ERR_CAPACITY (call again with a larger array). add_special:
+ * add the tokenizer's bos etc.; parse_special: "<|im_start|>" and the like become special ids. */
+EDGELLM_C_API edgellm_status edgellm_tokenize(const edgellm_model* model, const char* text,
+                                              size_t text_len, int32_t add_special,
+                                              int32_t parse_special, int32_t* out_ids,
+                                              size_t capacity, size_t* out_count);
+
+/* Decodes ids into UTF-8 text. Writes at most capacity bytes including a terminating NUL to out
+ * and the text's length (without the NUL) to *out_len; when out is too small returns
+ * EDGELLM_ERR_CAPACITY (out is left NUL-terminated if capacity > 0). */
+EDGELLM_C_API edgellm_status edgellm_detokenize(const edgellm_model* model, const int32_t* ids,
+                                                size_t n_ids, int32_t skip_special, char* out,
+                                                size_t capacity, size_t* out_len);
+
+/* ---- session --------------------------------------------------------------------------- */
+
+typedef struct edgellm_session edgellm_session;
+
+typedef enum edgellm_kv_type {
+  EDGELLM_KV_INT8 = 0, /* per position and head, half the memory of f16 */
+  EDGELLM_KV_F16 = 1,
+  EDGELLM_KV_F32 = 2
+} edgellm_kv_type;
+
+typedef struct edgellm_sampling {
+  float temperature;        /* >= 0; 0: greedy */
+  int32_t top_k;            /* 0: off */
+  float top_p;              /* (0, 1]; 1: off */
+  float min_p;              /* [0, 1); 0: off */
+  float repetition_penalty; /* > 0; 1: off */
+  int32_t penalty_last_n;   /* history window of the penalty; 0: the whole history */
+  uint64_t seed;            /* seed of the random stream */
+} edgellm_sampling;
+
+/* The library's sampling defaults (temperature 0.8, top_k 40, top_p 0.95, ...). */
+EDGELLM_C_API edgellm_sampling edgellm_sampling_default(void);
+/* Greedy decoding (temperature 0). */
+EDGELLM_C_API edgellm_sampling edgellm_sampling_greedy(void);
+
+typedef struct edgellm_session_options {
+  edgellm_kv_type kv_type;
+  uint32_t context_size;      /* tokens the session holds; 0: the model's default */
+  uint32_t max_batch;         /* most tokens run through the layers at once; 0: default (64) */
+  edgellm_sampling sampling;
+  const edgellm_model* draft; /* speculative decoding with this draft model (same tokenizer;
+                                 load it with load_tokenizer = 0), or NULL */
+  int32_t prompt_lookup;      /* nonzero: speculative decoding by n-gram lookup (not with draft) */
+  uint32_t draft_tokens;      /* tokens drafted per step; 0: default (5) */
+} edgellm_session_options;
+
+/* The defaults: int8 KV, the model's context, batch 64, edgellm_sampling_default(), no drafting. */
+EDGELLM_C_API edgellm_session_options edgellm_session_options_default(void);
+
+/* Creates a session over model (the session keeps the model alive). options may be NULL. */
+EDGELLM_C_API edgellm_status edgellm_session_create(const edgellm_model* model,
+                                                    const edgellm_session_options* options,
+                                                    edgellm_session** out_session);
+EDGELLM_C_API void edgellm_session_free(edgellm_session* session);
+
+/* Forgets the conversation (the cache holds no tokens; the sampler restarts from its seed). */
+EDGELLM_C_API edgellm_status edgellm_session_reset(edgellm_session* session);
+/* New sampling settings for the next calls. */
+EDGELLM_C_API edgellm_status edgellm_session_set_sampling(edgellm_session* session,
+                                                          const edgellm_sampling* sampling);
+/* Tokens the session's cache holds, and how many it can hold (0 for a NULL session). */
+EDGELLM_C_API size_t edgellm_session_position(const edgellm_session* session);
+EDGELLM_C_API size_t edgellm_session_context_size(const edgellm_session* session);
+
+/* ---- generation ------------------------------------------------------------------------ */
+
+/* Called with each piece of generated text (whole UTF-8 characters, not NUL-terminated: use
+ * text_len) and the latest token id. Return nonzero to go on, 0 to stop: edgellm_generate()
+ * then returns EDGELLM_OK with stop_reason EDGELLM_STOP_CALLBACK, and the session stays usable. */
+typedef int32_t (*edgellm_token_callback)(const char* text, size_t text_len, int32_t token,
+                                          void* user_data);
+
+typedef struct edgellm_generate_options {
+  uint32_t max_new_tokens;          /* > 0 */
+  const char* const* stop_strings;  /* generation ends before the first occurrence; may be NULL */
+  size_t n_stop_strings;
+  int32_t ignore_eos;               /* nonzero: do not stop at the model's eos ids */
+  int32_t add_special;              /* text prompts: add the tokenizer's bos etc. */
+  int32_t parse_special;            /* text prompts: special-token text becomes special ids */
+} edgellm_generate_options;
+
+/* The defaults: 256 tokens, no stop strings, stop at eos, add_special on, parse_special off. */
+EDGELLM_C_API edgellm_generate_options edgellm_generate_options_default(void);
+
+typedef enum edgellm_stop_reason {
+  EDGELLM_STOP_EOS = 0,
+  EDGELLM_STOP_STRING = 1,
+  EDGELLM_STOP_MAX_TOKENS = 2,
+  EDGELLM_STOP_CONTEXT_FULL = 3,
+  EDGELLM_STOP_CALLBACK = 4
+} edgellm_stop_reason;
+
+typedef struct edgellm_generation_stats {
+  uint32_t prompt_tokens;
+  uint32_t new_tokens;
+  double prefill_s;
+  double decode_s;
+  double time_to_first_token_s;
+  edgellm_stop_reason stop_reason;
+} edgellm_generation_stats;
+
+/* Encodes prompt (NUL-terminated UTF-8) and generates after it, streaming through callback (may
+ * be NULL). options and out_stats may be NULL. A prompt that extends what the session holds (a
+ * chat's next turn) forwards only its new tokens. */
+EDGELLM_C_API edgellm_status edgellm_generate(edgellm_session* session, const char* prompt,
+                                              const edgellm_generate_options* options,
+                                              edgellm_token_callback callback, void* user_data,
+                                              edgellm_generation_stats* out_stats);
+/* The same after token ids. */
+EDGELLM_C_API edgellm_status edgellm_generate_tokens(edgellm_session* session,
+                                                     const int32_t* prompt_ids, size_t n_ids,
+                                                     const edgellm_generate_options* options,
+                                                     edgellm_token_callback callback,
+                                                     void* user_data,
+                                                     edgellm_generation_stats* out_stats);
+
+/* ---- prompt cache ---------------------------------------------------------------------- */
+
+/* Writes the KV state after the latest generate() call's prompt to path (atomically). */
+EDGELLM_C_API edgellm_status edgellm_session_save_prompt_cache(const edgellm_session* session,
+                                                               const char* path);
+/* Restores a state written by edgellm_session_save_prompt_cache(); *out_n_tokens (may be NULL)
+ * gets the number of tokens it holds. A state from another model or KV type is refused and the
+ * session is unchanged. Plain decoding only. */
+EDGELLM_C_API edgellm_status edgellm_session_load_prompt_cache(edgellm_session* session,
+                                                               const char* path,
+                                                               size_t* out_n_tokens);
+
+/* ---- memory plan ----------------------------------------------------------------------- */
+
+typedef struct edgellm_memory_plan {
+  uint64_t weights_mapped_bytes;   /* checkpoint bytes mapped from files */
+  uint64_t weights_resident_bytes; /* weight bytes resident after load (owned + touched mapped) */
+  uint64_t kv_cache_bytes;         /* one session's KV cache at its context and KV type */
+  uint64_t scratch_bytes;          /* one session's activations, logits, workspace */
+  uint64_t load_peak_bytes;        /* the most resident during load */
+  uint64_t peak_bytes;             /* the most resident: load, then one session generating */
+  uint32_t context_size;           /* the context the plan was made for */
+} edgellm_memory_plan;
+
+/* What loading model_dir with model_options and creating one session with session_options will
+ * need, computed from config.json and the safetensors headers before anything large is
+ * allocated. Either options pointer may be NULL (the defaults). */
+EDGELLM_C_API edgellm_status edgellm_plan(const char* model_dir,
+                                          const edgellm_model_options* model_options,
+                                          const edgellm_session_options* session_options,
+                                          edgellm_memory_plan* out_plan);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* EDGELLM_C_EDGELLM_H */
