@@ -4,6 +4,8 @@
 
 A header may include only headers of its own layer or lower ones, and no code may name
 another folder's `detail` namespace (`edgellm::detail`, the bottom layer, is shared by all).
+The C API (`c/*.h`) stands apart: a plain C header that includes no edgellm header, and that no
+C++ header includes (bindings/c/ implements it over session.hpp).
 Exit status 0 when the tree follows the rules; otherwise every violation is printed as
 `file:line: message` and the status is 1.
 
@@ -28,6 +30,9 @@ LAYERS = [
 ]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"edgellm/([^"]+)"')
+# The C API's folder, and any include of an edgellm header (quoted or angled) from it.
+C_API = "c/"
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]edgellm/([^">]+)[">]')
 # Folder namespaces whose `detail` is private to the folder.
 FOLDER_DETAIL = re.compile(r"\b(io|kernels|cache|backend|model|decode|session)::detail\b")
 
@@ -45,10 +50,35 @@ def folder_of(rel: str) -> str:
     return rel.split("/", 1)[0] if "/" in rel else ""
 
 
+def check_c_api(path: pathlib.Path) -> list[str]:
+    """A C API header includes no edgellm header (it is the whole contract, readable alone)."""
+    problems = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = ANY_INCLUDE.match(line)
+        if m:
+            problems.append(f"{path}:{n}: includes edgellm/{m.group(1)}: a C API header "
+                            "includes no edgellm header")
+    return problems
+
+
 def check(root: pathlib.Path) -> list[str]:
     problems = []
+    for path in sorted(root.rglob("*.h")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(C_API):
+            problems += check_c_api(path)
+        else:
+            problems.append(f"{path}:1: a C header outside {C_API} (C API headers live there)")
     for path in sorted(root.rglob("*.hpp")):
         rel = path.relative_to(root).as_posix()
+        if rel.startswith(C_API):
+            problems.append(f"{path}:1: a C++ header in {C_API}, which holds the C API only")
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            m = ANY_INCLUDE.match(line)
+            if m and m.group(1).startswith(C_API):
+                problems.append(f"{path}:{n}: includes edgellm/{m.group(1)}: no C++ header "
+                                "includes the C API (bindings/c/ implements it)")
         own = layer_of(rel)
         if own is None:
             problems.append(f"{path}:1: not in any layer of tools/check_layers.py (add it)")
@@ -58,7 +88,9 @@ def check(root: pathlib.Path) -> list[str]:
             if m:
                 dep = m.group(1)
                 theirs = layer_of(dep)
-                if theirs is None:
+                if dep.startswith(C_API):
+                    pass  # reported above
+                elif theirs is None:
                     problems.append(f"{path}:{n}: includes {dep}, which is in no layer")
                 elif theirs > own:
                     problems.append(

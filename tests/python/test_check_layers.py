@@ -58,6 +58,29 @@ class CheckLayersTest(unittest.TestCase):
         self.assertEqual(len(problems), 1)
         self.assertIn("cache::detail", problems[0])
 
+    def test_c_api_header_stands_alone(self):
+        root = make_tree({
+            "session.hpp": "#pragma once\n",
+            "c/edgellm.h": "#include <stddef.h>\n#include <stdint.h>\n",
+        })
+        self.assertEqual(cl.check(root), [])
+        root = make_tree({
+            "session.hpp": "#pragma once\n",
+            "c/edgellm.h": '#include <stddef.h>\n#include "edgellm/result.hpp"\n',
+        })
+        problems = cl.check(root)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("edgellm.h:2", problems[0])
+
+    def test_cpp_header_including_c_api_is_flagged(self):
+        root = make_tree({
+            "session.hpp": '#include <edgellm/c/edgellm.h>\n',
+            "c/edgellm.h": "#include <stddef.h>\n",
+        })
+        problems = cl.check(root)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("session.hpp:1", problems[0])
+
     def test_unknown_folder_is_flagged(self):
         root = make_tree({"gizmo/a.hpp": "#pragma once\n"})
         self.assertEqual(len(cl.check(root)), 1)

@@ -1,0 +1,642 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The C API from C99, as an app sees it: every entry point, every error path (NULL handles and
+ * pointers, bad options and enums, missing files, small output buffers, token ids out of range),
+ * last_error naming the argument, cancellation from the callback, the prompt cache, speculative
+ * decoding, and two sessions over one model on two threads. On the bundled model
+ * (models/kjv-target-awq); the C output equals the C++ Session's in ctest c_api.greedy_equals_cpp. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <edgellm/c/edgellm.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef EDGELLM_SOURCE_DIR
+#define EDGELLM_SOURCE_DIR "."
+#endif
+
+static int g_failures = 0;
+static int g_checks = 0;
+
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    ++g_checks;                                                              \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++g_failures;                                                          \
+    }                                                                        \
+  } while (0)
+
+/* The call returns `want`; on failure, the last error is non-empty and contains `needle`. */
+#define CHECK_STATUS(expr, want, needle) check_status(__FILE__, __LINE__, #expr, (expr), (want), (needle))
+
+static void check_status(const char* file, int line, const char* expr, edgellm_status got,
+                         edgellm_status want, const char* needle) {
+  const char* msg = edgellm_last_error();
+  ++g_checks;
+  if (getenv("EDGELLM_C_API_TEST_VERBOSE") != NULL && got != EDGELLM_OK)
+    printf("%s:%d: %s -> %s: %s\n", file, line, expr, edgellm_status_string(got), msg);
+  if (got != want) {
+    fprintf(stderr, "%s:%d: %s returned %d (%s), want %d (%s); last error: %s\n", file, line, expr,
+            (int)got, edgellm_status_string(got), (int)want, edgellm_status_string(want), msg);
+    ++g_failures;
+    return;
+  }
+  if (want != EDGELLM_OK && (msg == NULL || msg[0] == '\0' || (needle && !strstr(msg, needle)))) {
+    fprintf(stderr, "%s:%d: %s: last error '%s' does not name '%s'\n", file, line, expr,
+            msg ? msg : "(null)", needle ? needle : "");
+    ++g_failures;
+  }
+}
+
+#define REQUIRE_OK(expr)                                                                    \
+  do {                                                                                      \
+    edgellm_status st_ = (expr);                                                            \
+    if (st_ != EDGELLM_OK) {                                                                \
+      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,              \
+              edgellm_status_string(st_), edgellm_last_error());                            \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+static char g_target[4096], g_draft[4096];
+
+static void model_paths(void) {
+  const char* root = getenv("EDGELLM_SOURCE_DIR");
+  if (root == NULL || root[0] == '\0') root = EDGELLM_SOURCE_DIR;
+  snprintf(g_target, sizeof g_target, "%s/models/kjv-target-awq", root);
+  snprintf(g_draft, sizeof g_draft, "%s/models/kjv-draft-awq", root);
+}
+
+/* ---- what the token callback collects ---------------------------------------------------- */
+
+typedef struct {
+  char text[8192];
+  size_t len;
+  int calls;
+  int stop_after; /* > 0: return 0 on this call */
+  int32_t last_token;
+} Collect;
+
+static int32_t collect(const char* text, size_t text_len, int32_t token, void* user_data) {
+  Collect* c = (Collect*)user_data;
+  size_t n = text_len;
+  if (n > sizeof c->text - 1 - c->len) n = sizeof c->text - 1 - c->len;
+  memcpy(c->text + c->len, text, n);
+  c->len += n;
+  c->text[c->len] = '\0';
+  c->last_token = token;
+  ++c->calls;
+  return c->stop_after > 0 && c->calls >= c->stop_after ? 0 : 1;
+}
+
+static edgellm_session_options greedy_options(void) {
+  edgellm_session_options o = edgellm_session_options_default();
+  o.sampling = edgellm_sampling_greedy();
+  o.context_size = 256;
+  return o;
+}
+
+static edgellm_generate_options n_tokens(uint32_t n) {
+  edgellm_generate_options g = edgellm_generate_options_default();
+  g.max_new_tokens = n;
+  g.ignore_eos = 1;
+  return g;
+}
+
+/* Greedy text of `n` tokens after `prompt` in a fresh session over `model`. */
+static void greedy_text(const edgellm_model* model, const edgellm_session_options* so,
+                        const char* prompt, uint32_t n, Collect* out) {
+  edgellm_session* s = NULL;
+  edgellm_generate_options g = n_tokens(n);
+  edgellm_generation_stats stats;
+  memset(out, 0, sizeof *out);
+  REQUIRE_OK(edgellm_session_create(model, so, &s));
+  REQUIRE_OK(edgellm_generate(s, prompt, &g, collect, out, &stats));
+  CHECK(stats.new_tokens == n);
+  CHECK(stats.stop_reason == EDGELLM_STOP_MAX_TOKENS);
+  edgellm_session_free(s);
+}
+
+/* ---- tests ------------------------------------------------------------------------------- */
+
+static void test_version_and_status(void) {
+  const char* v = edgellm_version();
+  const char* info = edgellm_build_info();
+  int major = -1, minor = -1, patch = -1;
+  edgellm_status s;
+  CHECK(v != NULL && sscanf(v, "%d.%d.%d", &major, &minor, &patch) == 3);
+  CHECK(major >= 0 && minor >= 0 && patch >= 0);
+  CHECK(info != NULL && strstr(info, v) != NULL);
+  CHECK(strstr(info, "git ") != NULL && strstr(info, "arch ") != NULL);
+  CHECK(strstr(info, "int4 ") != NULL);
+  printf("build info: %s\n", info);
+  for (s = EDGELLM_OK; s <= EDGELLM_ERR_INTERNAL; s = (edgellm_status)(s + 1)) {
+    const char* name = edgellm_status_string(s);
+    CHECK(name != NULL && name[0] != '\0' && strcmp(name, "unknown status") != 0);
+  }
+  CHECK(strcmp(edgellm_status_string(EDGELLM_OK), "ok") == 0);
+  CHECK(strcmp(edgellm_status_string((edgellm_status)42), "unknown status") == 0);
+}
+
+static void test_model_load_errors(void) {
+  edgellm_model* m = (edgellm_model*)&g_failures; /* any non-NULL: a failed load sets NULL */
+  edgellm_model_options o = edgellm_model_options_default();
+  CHECK(o.threads == 1 && o.backend == NULL && o.load_tokenizer == 1 && o.memory_budget_bytes == 0);
+
+  CHECK_STATUS(edgellm_model_load(g_target, NULL, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "out_model");
+  CHECK_STATUS(edgellm_model_load(NULL, NULL, &m), EDGELLM_ERR_INVALID_ARGUMENT, "model_dir");
+  CHECK(m == NULL);
+  CHECK_STATUS(edgellm_model_load("", NULL, &m), EDGELLM_ERR_INVALID_ARGUMENT, "model_dir");
+  CHECK_STATUS(edgellm_model_load("/nonexistent/edgellm-model", NULL, &m), EDGELLM_ERR_IO,
+               "/nonexistent/edgellm-model");
+  CHECK(m == NULL);
+  /* A directory that is not a checkpoint: the loader names what is missing. */
+  CHECK(edgellm_model_load(EDGELLM_SOURCE_DIR "/include", NULL, &m) != EDGELLM_OK);
+  CHECK(m == NULL && edgellm_last_error()[0] != '\0');
+
+  o.backend = "vulkan";
+  CHECK_STATUS(edgellm_model_load(g_target, &o, &m), EDGELLM_ERR_UNSUPPORTED, "vulkan");
+  o.backend = "cpu";
+  o.lm_head = "int3";
+  CHECK_STATUS(edgellm_model_load(g_target, &o, &m), EDGELLM_ERR_INVALID_ARGUMENT, "lm_head");
+  o.lm_head = NULL;
+  o.threads = -2;
+  CHECK_STATUS(edgellm_model_load(g_target, &o, &m), EDGELLM_ERR_INVALID_ARGUMENT, "threads");
+  o.threads = 1;
+  o.memory_budget_bytes = 1u << 30;
+  CHECK_STATUS(edgellm_model_load(g_target, &o, &m), EDGELLM_ERR_UNSUPPORTED, "memory plan");
+  CHECK(m == NULL);
+}
+
+static void test_model_facts(const edgellm_model* model) {
+  CHECK(edgellm_model_vocab_size(model) > 0);
+  CHECK(edgellm_model_max_context(model) > 0);
+  CHECK(edgellm_model_vocab_size(NULL) == 0);
+  CHECK(edgellm_model_max_context(NULL) == 0);
+  edgellm_model_free(NULL);
+  edgellm_session_free(NULL);
+}
+
+static void test_tokenizer(const edgellm_model* model) {
+  const char* text = "And God said";
+  int32_t ids[16] = {0};
+  int32_t bad[3];
+  size_t count = 99, len = 99;
+  char out[64];
+  const size_t vocab = edgellm_model_vocab_size(model);
+
+  /* Asking for the size first: capacity 0 reports the count with CAPACITY. */
+  CHECK_STATUS(edgellm_tokenize(model, text, strlen(text), 1, 0, NULL, 0, &count),
+               EDGELLM_ERR_CAPACITY, "out_ids");
+  CHECK(count == 3);
+  count = 0;
+  CHECK_STATUS(edgellm_tokenize(model, text, strlen(text), 1, 0, ids, 2, &count),
+               EDGELLM_ERR_CAPACITY, "capacity 2");
+  CHECK(count == 3);
+  CHECK_STATUS(edgellm_tokenize(model, text, strlen(text), 1, 0, ids, 16, &count), EDGELLM_OK, NULL);
+  CHECK(count == 3 && ids[0] == 296 && ids[1] == 389 && ids[2] == 385); /* tests/data/bundled */
+  CHECK_STATUS(edgellm_tokenize(model, NULL, 0, 1, 0, ids, 16, &count), EDGELLM_OK, NULL);
+  CHECK(count == 0);
+  CHECK_STATUS(edgellm_tokenize(NULL, text, 3, 1, 0, ids, 16, &count), EDGELLM_ERR_INVALID_ARGUMENT, "model");
+  CHECK_STATUS(edgellm_tokenize(model, NULL, 3, 1, 0, ids, 16, &count), EDGELLM_ERR_INVALID_ARGUMENT, "text");
+  CHECK_STATUS(edgellm_tokenize(model, text, 3, 1, 0, NULL, 16, &count), EDGELLM_ERR_INVALID_ARGUMENT, "out_ids");
+  CHECK_STATUS(edgellm_tokenize(model, text, 3, 1, 0, ids, 16, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "out_count");
+  CHECK_STATUS(edgellm_tokenize(model, "\xff\xfe", 2, 1, 0, ids, 16, &count),
+               EDGELLM_ERR_INVALID_ARGUMENT, "UTF-8");
+
+  /* Detokenize back; a small buffer reports the length and keeps a NUL-terminated prefix. */
+  CHECK_STATUS(edgellm_detokenize(model, ids, 0, 0, out, sizeof out, &len), EDGELLM_OK, NULL);
+  CHECK(len == 0 && out[0] == '\0');
+  edgellm_tokenize(model, text, strlen(text), 1, 0, ids, 16, &count);
+  CHECK_STATUS(edgellm_detokenize(model, ids, count, 1, out, sizeof out, &len), EDGELLM_OK, NULL);
+  CHECK(len == strlen(text) && strcmp(out, text) == 0);
+  CHECK_STATUS(edgellm_detokenize(model, ids, count, 1, out, 5, &len), EDGELLM_ERR_CAPACITY, "out");
+  CHECK(len == strlen(text) && strcmp(out, "And ") == 0);
+  CHECK_STATUS(edgellm_detokenize(model, ids, count, 1, NULL, 0, &len), EDGELLM_ERR_CAPACITY, "capacity 0");
+  CHECK(len == strlen(text));
+  CHECK_STATUS(edgellm_detokenize(model, ids, count, 1, out, 13, &len), EDGELLM_OK, NULL);
+  CHECK_STATUS(edgellm_detokenize(NULL, ids, count, 1, out, 64, &len), EDGELLM_ERR_INVALID_ARGUMENT, "model");
+  CHECK_STATUS(edgellm_detokenize(model, NULL, 1, 1, out, 64, &len), EDGELLM_ERR_INVALID_ARGUMENT, "ids");
+  CHECK_STATUS(edgellm_detokenize(model, ids, count, 1, NULL, 64, &len), EDGELLM_ERR_INVALID_ARGUMENT, "out");
+  CHECK_STATUS(edgellm_detokenize(model, ids, count, 1, out, 64, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "out_len");
+  bad[0] = 296;
+  bad[1] = (int32_t)vocab;
+  bad[2] = 385;
+  CHECK_STATUS(edgellm_detokenize(model, bad, 3, 1, out, 64, &len), EDGELLM_ERR_OUT_OF_RANGE, "ids[1]");
+  bad[1] = -1;
+  CHECK_STATUS(edgellm_detokenize(model, bad, 3, 1, out, 64, &len), EDGELLM_ERR_OUT_OF_RANGE, "ids[1]");
+}
+
+static void test_session_errors(const edgellm_model* model, const edgellm_model* draft) {
+  edgellm_session* s = (edgellm_session*)&g_failures;
+  edgellm_session_options o = edgellm_session_options_default();
+  edgellm_sampling d = edgellm_sampling_default();
+  CHECK(o.kv_type == EDGELLM_KV_INT8 && o.context_size == 0 && o.draft == NULL);
+  CHECK(d.temperature > 0.0f && d.top_k == 40 && d.top_p > 0.9f && d.repetition_penalty == 1.0f);
+  CHECK(edgellm_sampling_greedy().temperature == 0.0f);
+
+  CHECK_STATUS(edgellm_session_create(NULL, NULL, &s), EDGELLM_ERR_INVALID_ARGUMENT, "model");
+  CHECK(s == NULL);
+  CHECK_STATUS(edgellm_session_create(model, NULL, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "out_session");
+  o.kv_type = (edgellm_kv_type)7;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "kv_type");
+  o = edgellm_session_options_default();
+  o.sampling.top_p = 2.0f;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "top_p");
+  o = edgellm_session_options_default();
+  o.sampling.top_k = -1;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "top_k");
+  o = edgellm_session_options_default();
+  o.sampling.temperature = -1.0f;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "temperature");
+  o = edgellm_session_options_default();
+  o.sampling.penalty_last_n = -3;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "penalty_last_n");
+  o = edgellm_session_options_default();
+  o.draft = draft;
+  o.prompt_lookup = 1;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "prompt_lookup");
+  o = edgellm_session_options_default();
+  o.prompt_lookup = 1;
+  o.draft_tokens = 1000;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "draft_tokens");
+  o = edgellm_session_options_default();
+  o.context_size = 1u << 30; /* far past what the model's positions allow */
+  CHECK(edgellm_session_create(model, &o, &s) != EDGELLM_OK);
+  CHECK(s == NULL && edgellm_last_error()[0] != '\0');
+
+  CHECK_STATUS(edgellm_session_reset(NULL), EDGELLM_ERR_INVALID_ARGUMENT, "session");
+  CHECK_STATUS(edgellm_session_set_sampling(NULL, &d), EDGELLM_ERR_INVALID_ARGUMENT, "session");
+  CHECK(edgellm_session_position(NULL) == 0 && edgellm_session_context_size(NULL) == 0);
+}
+
+static void test_generate_errors(const edgellm_model* model) {
+  edgellm_session_options so = greedy_options();
+  edgellm_session* s = NULL;
+  edgellm_generate_options g = n_tokens(4);
+  edgellm_generation_stats stats;
+  const char* stops[2] = {"x", NULL};
+  int32_t ids[3] = {296, 389, 385};
+  edgellm_sampling bad = edgellm_sampling_greedy();
+  size_t n = 99;
+
+  REQUIRE_OK(edgellm_session_create(model, &so, &s));
+  CHECK(edgellm_session_context_size(s) == 256 && edgellm_session_position(s) == 0);
+  CHECK_STATUS(edgellm_generate(NULL, "And", &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "session");
+  CHECK_STATUS(edgellm_generate(s, NULL, &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "prompt");
+  CHECK_STATUS(edgellm_generate(s, "", &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "prompt");
+  g.max_new_tokens = 0;
+  CHECK_STATUS(edgellm_generate(s, "And", &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "max_new_tokens");
+  CHECK(stats.new_tokens == 0 && stats.prompt_tokens == 0);
+  g = n_tokens(4);
+  g.n_stop_strings = 1;
+  CHECK_STATUS(edgellm_generate(s, "And", &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "stop_strings");
+  g.stop_strings = stops;
+  g.n_stop_strings = 2;
+  CHECK_STATUS(edgellm_generate(s, "And", &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "stop_strings[1]");
+  stops[1] = "";
+  CHECK_STATUS(edgellm_generate(s, "And", &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "stop_strings[1]");
+  g = n_tokens(4);
+  CHECK_STATUS(edgellm_generate_tokens(s, NULL, 3, &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "prompt_ids");
+  CHECK_STATUS(edgellm_generate_tokens(s, ids, 0, &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT, "n_ids");
+  ids[1] = (int32_t)edgellm_model_vocab_size(model);
+  CHECK_STATUS(edgellm_generate_tokens(s, ids, 3, &g, NULL, NULL, &stats), EDGELLM_ERR_OUT_OF_RANGE, "prompt_ids[1]");
+  ids[1] = -5;
+  CHECK_STATUS(edgellm_generate_tokens(s, ids, 3, &g, NULL, NULL, &stats), EDGELLM_ERR_OUT_OF_RANGE, "prompt_ids[1]");
+  CHECK(edgellm_session_position(s) == 0);
+
+  /* The prompt cache needs a generate() first; bad paths and files are named. */
+  CHECK_STATUS(edgellm_session_save_prompt_cache(s, "/tmp/never-written.bin"), EDGELLM_ERR_INVALID_ARGUMENT, "generate");
+  CHECK_STATUS(edgellm_session_save_prompt_cache(NULL, "/tmp/x"), EDGELLM_ERR_INVALID_ARGUMENT, "session");
+  CHECK_STATUS(edgellm_session_save_prompt_cache(s, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "path");
+  CHECK_STATUS(edgellm_session_load_prompt_cache(NULL, "/tmp/x", &n), EDGELLM_ERR_INVALID_ARGUMENT, "session");
+  CHECK_STATUS(edgellm_session_load_prompt_cache(s, NULL, &n), EDGELLM_ERR_INVALID_ARGUMENT, "path");
+  CHECK_STATUS(edgellm_session_load_prompt_cache(s, "", &n), EDGELLM_ERR_INVALID_ARGUMENT, "path");
+  CHECK(edgellm_session_load_prompt_cache(s, "/nonexistent/edgellm.cache", &n) != EDGELLM_OK);
+  CHECK(n == 0 && strstr(edgellm_last_error(), "/nonexistent/edgellm.cache") != NULL);
+
+  /* Sampling: checked like at creation. */
+  CHECK_STATUS(edgellm_session_set_sampling(s, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "sampling");
+  bad.min_p = 1.5f;
+  CHECK_STATUS(edgellm_session_set_sampling(s, &bad), EDGELLM_ERR_INVALID_ARGUMENT, "min_p");
+  bad = edgellm_sampling_greedy();
+  bad.repetition_penalty = 0.0f;
+  CHECK_STATUS(edgellm_session_set_sampling(s, &bad), EDGELLM_ERR_INVALID_ARGUMENT, "repetition_penalty");
+  edgellm_session_free(s);
+
+  /* A prompt longer than the context is refused; one that fills it stops with CONTEXT_FULL. */
+  so.context_size = 8;
+  REQUIRE_OK(edgellm_session_create(model, &so, &s));
+  CHECK(edgellm_generate(s, "In the beginning God created the heaven and the earth.", &g, NULL, NULL,
+                         &stats) != EDGELLM_OK);
+  CHECK(edgellm_last_error()[0] != '\0');
+  g = n_tokens(100);
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, NULL, NULL, &stats), EDGELLM_OK, NULL);
+  CHECK(stats.stop_reason == EDGELLM_STOP_CONTEXT_FULL);
+  CHECK(stats.new_tokens > 0 && stats.new_tokens < 8);
+  edgellm_session_free(s);
+}
+
+static void test_generate(const edgellm_model* model) {
+  edgellm_session_options so = greedy_options();
+  edgellm_session* s = NULL;
+  edgellm_generate_options g = n_tokens(24);
+  edgellm_generation_stats stats;
+  Collect a, b;
+  const char* stops[1] = {","};
+
+  REQUIRE_OK(edgellm_session_create(model, &so, &s));
+  memset(&a, 0, sizeof a);
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, collect, &a, &stats), EDGELLM_OK, NULL);
+  CHECK(stats.prompt_tokens == 3 && stats.new_tokens == 24);
+  CHECK(stats.stop_reason == EDGELLM_STOP_MAX_TOKENS);
+  CHECK(stats.time_to_first_token_s > 0.0 && stats.prefill_s > 0.0 && stats.decode_s >= 0.0);
+  CHECK(a.len > 0 && a.calls > 0 && a.last_token >= 0);
+  CHECK(edgellm_session_position(s) > 3 && edgellm_session_position(s) <= 27);
+  printf("greedy: And God said%s\n", a.text);
+
+  /* Same prompt again (the cache keeps the common prefix): the same text. NULL callback/stats. */
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, NULL, NULL, NULL), EDGELLM_OK, NULL);
+  memset(&b, 0, sizeof b);
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, collect, &b, NULL), EDGELLM_OK, NULL);
+  CHECK(strcmp(a.text, b.text) == 0);
+  /* After reset, and in a fresh session, and through token ids: the same text. */
+  CHECK_STATUS(edgellm_session_reset(s), EDGELLM_OK, NULL);
+  CHECK(edgellm_session_position(s) == 0);
+  memset(&b, 0, sizeof b);
+  {
+    const int32_t ids[3] = {296, 389, 385};
+    CHECK_STATUS(edgellm_generate_tokens(s, ids, 3, &g, collect, &b, &stats), EDGELLM_OK, NULL);
+    CHECK(strcmp(a.text, b.text) == 0 && stats.new_tokens == 24);
+  }
+  greedy_text(model, &so, "And God said", 24, &b);
+  CHECK(strcmp(a.text, b.text) == 0);
+  /* Each KV type generates (int8 and f16 KV may pick other tokens than f32: no comparison). */
+  so.kv_type = EDGELLM_KV_F16;
+  greedy_text(model, &so, "And God said", 8, &b);
+  so.kv_type = EDGELLM_KV_F32;
+  greedy_text(model, &so, "And God said", 8, &b);
+  so.kv_type = EDGELLM_KV_INT8;
+
+  /* Cancel: the callback returns 0 on its first call; generation stops at that token, and the
+   * session generates again afterwards. */
+  memset(&b, 0, sizeof b);
+  b.stop_after = 1;
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, collect, &b, &stats), EDGELLM_OK, NULL);
+  CHECK(stats.stop_reason == EDGELLM_STOP_CALLBACK);
+  CHECK(stats.new_tokens == 1 && b.calls == 1);
+  memset(&b, 0, sizeof b);
+  g.max_new_tokens = 4;
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, collect, &b, &stats), EDGELLM_OK, NULL);
+  CHECK(stats.stop_reason == EDGELLM_STOP_MAX_TOKENS && stats.new_tokens == 4);
+  CHECK(strncmp(a.text, b.text, b.len) == 0);
+
+  /* A stop string: generation ends before it (the first greedy token is ","). */
+  memset(&b, 0, sizeof b);
+  g = n_tokens(24);
+  g.stop_strings = stops;
+  g.n_stop_strings = 1;
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, collect, &b, &stats), EDGELLM_OK, NULL);
+  CHECK(stats.stop_reason == EDGELLM_STOP_STRING && strchr(b.text, ',') == NULL);
+
+  /* Sampling with a seed: after set_sampling, the same seed gives the same text. */
+  {
+    edgellm_sampling sm = edgellm_sampling_default();
+    Collect c1, c2;
+    sm.seed = 7;
+    g = n_tokens(16);
+    memset(&c1, 0, sizeof c1);
+    memset(&c2, 0, sizeof c2);
+    CHECK_STATUS(edgellm_session_set_sampling(s, &sm), EDGELLM_OK, NULL);
+    CHECK_STATUS(edgellm_generate(s, "In the beginning", &g, collect, &c1, NULL), EDGELLM_OK, NULL);
+    CHECK_STATUS(edgellm_session_set_sampling(s, &sm), EDGELLM_OK, NULL);
+    CHECK_STATUS(edgellm_generate(s, "In the beginning", &g, collect, &c2, NULL), EDGELLM_OK, NULL);
+    CHECK(c1.len > 0 && strcmp(c1.text, c2.text) == 0);
+  }
+  edgellm_session_free(s);
+}
+
+static void test_prompt_cache(const edgellm_model* model) {
+  char dir[] = "/tmp/edgellm-c-api-XXXXXX";
+  char path[256], garbage[256];
+  edgellm_session_options so = greedy_options();
+  edgellm_session *s = NULL, *t = NULL;
+  edgellm_generate_options g = n_tokens(12);
+  Collect a, b;
+  size_t n = 0;
+  FILE* f;
+
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/prompt.cache", dir);
+  snprintf(garbage, sizeof garbage, "%s/garbage.cache", dir);
+  REQUIRE_OK(edgellm_session_create(model, &so, &s));
+  memset(&a, 0, sizeof a);
+  REQUIRE_OK(edgellm_generate(s, "And God said", &g, collect, &a, NULL));
+  CHECK_STATUS(edgellm_session_save_prompt_cache(s, path), EDGELLM_OK, NULL);
+  CHECK_STATUS(edgellm_session_save_prompt_cache(s, "/nonexistent/dir/prompt.cache"), EDGELLM_ERR_IO,
+               "/nonexistent/dir/prompt.cache");
+
+  REQUIRE_OK(edgellm_session_create(model, &so, &t));
+  CHECK_STATUS(edgellm_session_load_prompt_cache(t, path, &n), EDGELLM_OK, NULL);
+  CHECK(n == 3 && edgellm_session_position(t) == 3);
+  CHECK_STATUS(edgellm_session_load_prompt_cache(t, path, NULL), EDGELLM_OK, NULL);
+  memset(&b, 0, sizeof b);
+  CHECK_STATUS(edgellm_generate(t, "And God said", &g, collect, &b, NULL), EDGELLM_OK, NULL);
+  CHECK(strcmp(a.text, b.text) == 0);
+
+  /* A garbage file is refused with its name; the session is unchanged and still generates. */
+  f = fopen(garbage, "wb");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("this is not a prompt cache, just some bytes that are long enough to be read", f);
+    fclose(f);
+  }
+  n = 99;
+  CHECK(edgellm_session_load_prompt_cache(t, garbage, &n) != EDGELLM_OK);
+  CHECK(n == 0 && strstr(edgellm_last_error(), "garbage.cache") != NULL);
+  /* A cache of another KV type is refused. */
+  {
+    edgellm_session* u = NULL;
+    so.kv_type = EDGELLM_KV_F32;
+    REQUIRE_OK(edgellm_session_create(model, &so, &u));
+    CHECK(edgellm_session_load_prompt_cache(u, path, &n) != EDGELLM_OK);
+    CHECK(edgellm_last_error()[0] != '\0');
+    edgellm_session_free(u);
+  }
+  memset(&b, 0, sizeof b);
+  CHECK_STATUS(edgellm_generate(t, "And God said", &g, collect, &b, NULL), EDGELLM_OK, NULL);
+  CHECK(strcmp(a.text, b.text) == 0);
+  edgellm_session_free(s);
+  edgellm_session_free(t);
+  remove(path);
+  remove(garbage);
+  rmdir(dir);
+}
+
+static void test_speculative(const edgellm_model* model, const edgellm_model* draft) {
+  edgellm_session_options so = greedy_options();
+  Collect plain, spec;
+  greedy_text(model, &so, "And God said", 24, &plain);
+  so.draft = draft;
+  so.draft_tokens = 4;
+  greedy_text(model, &so, "And God said", 24, &spec);
+  CHECK(strcmp(plain.text, spec.text) == 0); /* greedy: drafting never changes the tokens */
+  so.draft = NULL;
+  so.prompt_lookup = 1;
+  greedy_text(model, &so, "And God said", 24, &spec);
+  CHECK(strcmp(plain.text, spec.text) == 0);
+  {
+    /* The prompt cache is for plain decoding only. */
+    edgellm_session* s = NULL;
+    REQUIRE_OK(edgellm_session_create(model, &so, &s));
+    CHECK_STATUS(edgellm_session_load_prompt_cache(s, "/tmp/x.cache", NULL), EDGELLM_ERR_UNSUPPORTED,
+                 "speculative");
+    edgellm_session_free(s);
+  }
+}
+
+static void test_without_tokenizer(const edgellm_model* draft) {
+  edgellm_session* s = NULL;
+  edgellm_generate_options g = n_tokens(4);
+  int32_t ids[3] = {296, 389, 385};
+  size_t n = 0;
+  char out[16];
+  CHECK_STATUS(edgellm_tokenize(draft, "And", 3, 1, 0, ids, 3, &n), EDGELLM_ERR_INVALID_ARGUMENT, "tokenizer");
+  CHECK_STATUS(edgellm_detokenize(draft, ids, 3, 1, out, sizeof out, &n), EDGELLM_ERR_INVALID_ARGUMENT, "tokenizer");
+  REQUIRE_OK(edgellm_session_create(draft, NULL, &s));
+  CHECK_STATUS(edgellm_generate(s, "And", &g, NULL, NULL, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "tokenizer");
+  CHECK_STATUS(edgellm_generate_tokens(s, ids, 3, &g, NULL, NULL, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "tokenizer");
+  edgellm_session_free(s);
+}
+
+static void test_plan(void) {
+  edgellm_memory_plan plan;
+  edgellm_session_options so = edgellm_session_options_default();
+  CHECK_STATUS(edgellm_plan(g_target, NULL, NULL, NULL), EDGELLM_ERR_INVALID_ARGUMENT, "out_plan");
+  CHECK_STATUS(edgellm_plan(NULL, NULL, NULL, &plan), EDGELLM_ERR_INVALID_ARGUMENT, "model_dir");
+  so.kv_type = (edgellm_kv_type)-1;
+  CHECK_STATUS(edgellm_plan(g_target, NULL, &so, &plan), EDGELLM_ERR_INVALID_ARGUMENT,
+               "session_options->kv_type: -1");
+  /* Until the memory plan is built in: UNSUPPORTED (then: OK with plan.peak_bytes > 0). */
+  {
+    edgellm_status st = edgellm_plan(g_target, NULL, NULL, &plan);
+    CHECK(st == EDGELLM_OK || st == EDGELLM_ERR_UNSUPPORTED);
+    if (st == EDGELLM_OK) CHECK(plan.peak_bytes > 0 && plan.context_size > 0);
+  }
+}
+
+/* Freeing the model before its sessions is fine: a session keeps the model alive. */
+static void test_free_order(void) {
+  edgellm_model* m = NULL;
+  edgellm_session* s = NULL;
+  edgellm_generate_options g = n_tokens(4);
+  edgellm_generation_stats stats;
+  REQUIRE_OK(edgellm_model_load(g_target, NULL, &m));
+  REQUIRE_OK(edgellm_session_create(m, NULL, &s));
+  edgellm_model_free(m);
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, NULL, NULL, &stats), EDGELLM_OK, NULL);
+  CHECK(stats.new_tokens == 4);
+  edgellm_session_free(s);
+}
+
+/* ---- threads ----------------------------------------------------------------------------- */
+
+typedef struct {
+  const edgellm_model* model;
+  const char* prompt;
+  Collect out;
+  edgellm_status status;
+  char error[512];
+} Job;
+
+static void* run_job(void* arg) {
+  Job* job = (Job*)arg;
+  edgellm_session_options so = greedy_options();
+  edgellm_session* s = NULL;
+  edgellm_generate_options g = n_tokens(32);
+  memset(&job->out, 0, sizeof job->out);
+  job->status = edgellm_session_create(job->model, &so, &s);
+  if (job->status == EDGELLM_OK) job->status = edgellm_generate(s, job->prompt, &g, collect, &job->out, NULL);
+  snprintf(job->error, sizeof job->error, "%s", edgellm_last_error());
+  edgellm_session_free(s);
+  return NULL;
+}
+
+static void* last_error_of_new_thread(void* arg) {
+  snprintf((char*)arg, 64, "%s", edgellm_last_error());
+  return NULL;
+}
+
+static void test_threads(const edgellm_model* model) {
+  const char* prompts[2] = {"And God said", "In the beginning"};
+  Collect alone[2];
+  Job jobs[2];
+  pthread_t th[2];
+  char other[64] = "unset";
+  int i;
+  edgellm_session_options so = greedy_options();
+  for (i = 0; i < 2; ++i) {
+    edgellm_session* s = NULL;
+    edgellm_generate_options g = n_tokens(32);
+    memset(&alone[i], 0, sizeof alone[i]);
+    REQUIRE_OK(edgellm_session_create(model, &so, &s));
+    REQUIRE_OK(edgellm_generate(s, prompts[i], &g, collect, &alone[i], NULL));
+    edgellm_session_free(s);
+  }
+  CHECK(strcmp(alone[0].text, alone[1].text) != 0);
+  for (i = 0; i < 2; ++i) {
+    jobs[i].model = model;
+    jobs[i].prompt = prompts[i];
+    CHECK(pthread_create(&th[i], NULL, run_job, &jobs[i]) == 0);
+  }
+  for (i = 0; i < 2; ++i) CHECK(pthread_join(th[i], NULL) == 0);
+  for (i = 0; i < 2; ++i) {
+    if (jobs[i].status != EDGELLM_OK) fprintf(stderr, "thread %d: %s\n", i, jobs[i].error);
+    CHECK(jobs[i].status == EDGELLM_OK);
+    CHECK(strcmp(jobs[i].out.text, alone[i].text) == 0);
+  }
+  /* The last error is per thread: this thread's failure is not another thread's. */
+  CHECK(edgellm_session_reset(NULL) != EDGELLM_OK && edgellm_last_error()[0] != '\0');
+  CHECK(pthread_create(&th[0], NULL, last_error_of_new_thread, other) == 0);
+  CHECK(pthread_join(th[0], NULL) == 0);
+  CHECK(other[0] == '\0');
+}
+
+int main(void) {
+  edgellm_model *model = NULL, *pooled = NULL, *draft = NULL;
+  edgellm_model_options o = edgellm_model_options_default();
+  model_paths();
+  CHECK(edgellm_last_error() != NULL && edgellm_last_error()[0] == '\0');
+
+  test_version_and_status();
+  test_model_load_errors();
+  REQUIRE_OK(edgellm_model_load(g_target, NULL, &model));
+  o.load_tokenizer = 0;
+  o.lm_head = "q4";
+  REQUIRE_OK(edgellm_model_load(g_draft, &o, &draft));
+  test_model_facts(model);
+  test_tokenizer(model);
+  test_session_errors(model, draft);
+  test_generate_errors(model);
+  test_generate(model);
+  test_prompt_cache(model);
+  test_speculative(model, draft);
+  test_without_tokenizer(draft);
+  test_plan();
+  test_free_order();
+  test_threads(model); /* no pool: each session computes on its own thread */
+  o = edgellm_model_options_default();
+  o.threads = 2; /* the model's pool, which the two sessions take turns on */
+  REQUIRE_OK(edgellm_model_load(g_target, &o, &pooled));
+  test_threads(pooled);
+
+  edgellm_model_free(pooled);
+  edgellm_model_free(draft);
+  edgellm_model_free(model);
+  printf("c_api_test: %d checks, %d failed\n", g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

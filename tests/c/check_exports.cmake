@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: Apache-2.0
+# ctest c_api.exports: libedgellm_c.so exports the edgellm_* functions of the C header and
+# nothing else. Usage: cmake -DNM=<nm> -DLIB=<libedgellm_c.so> -P check_exports.cmake
+execute_process(COMMAND "${NM}" -D --defined-only "${LIB}"
+                OUTPUT_VARIABLE _out RESULT_VARIABLE _rc ERROR_VARIABLE _err)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "${NM} -D --defined-only ${LIB} failed (${_rc}): ${_err}")
+endif()
+string(REPLACE "\n" ";" _lines "${_out}")
+set(_ours "")
+set(_others "")
+foreach(_line IN LISTS _lines)
+  # "<address> <type> <name>"; version nodes (type A) are not functions.
+  if(_line MATCHES "^[0-9a-fA-F]+ +([A-Za-z]) +([^ ]+)$")
+    set(_type "${CMAKE_MATCH_1}")
+    set(_name "${CMAKE_MATCH_2}")
+    if(_name MATCHES "^edgellm_")
+      list(APPEND _ours "${_name}")
+    elseif(NOT _type STREQUAL "A")
+      list(APPEND _others "${_name}")
+    endif()
+  endif()
+endforeach()
+list(LENGTH _ours _n)
+if(_others)
+  list(JOIN _others "\n  " _list)
+  message(FATAL_ERROR "${LIB} exports symbols outside edgellm_*:\n  ${_list}")
+endif()
+# Every function the header declares is there.
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/../../include/edgellm/c/edgellm.h" _decls
+     REGEX "^EDGELLM_C_API .*edgellm_[a-z_]+\\(")
+foreach(_decl IN LISTS _decls)
+  string(REGEX MATCH "edgellm_[a-z_]+\\(" _fn "${_decl}")
+  string(REPLACE "(" "" _fn "${_fn}")
+  if(NOT _fn IN_LIST _ours)
+    message(FATAL_ERROR "${LIB} does not export ${_fn}, which the header declares")
+  endif()
+endforeach()
+list(LENGTH _decls _n_decls)
+message(STATUS "${LIB}: ${_n} symbols, all edgellm_*; the header's ${_n_decls} functions all exported")
