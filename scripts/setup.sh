@@ -14,6 +14,7 @@ packages=(
   python3-torch python3-numpy python3-regex   # reference models and test data (tools/*.py)
   libopenblas0-pthread                        # numpy/torch BLAS
   bible-kjv                                   # plain-text corpus for tokenizer tests
+  openjdk-17-jdk-headless                     # Java binding (bindings/java): javac, jni.h, tests
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+package dev.edgellm;
+
+/**
+ * Called by the JNI glue for each piece: decodes the UTF-8 bytes and runs the user's callback.
+ * Whatever the callback throws is kept here (so no Java exception is pending when control goes
+ * back into native code) and generate() rethrows it after the native call returns.
+ */
+final class CallbackBridge {
+  private final TokenCallback callback;
+  Throwable error;
+
+  CallbackBridge(TokenCallback callback) {
+    this.callback = callback;
+  }
+
+  /** Returns false to stop generating. */
+  boolean onPiece(byte[] utf8, int token) {
+    if (error != null) return false;
+    try {
+      return callback.onToken(Utf8.decode(utf8), token);
+    } catch (Throwable t) {
+      error = t;
+      return false;
+    }
+  }
+}

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+package dev.edgellm;
+
+/**
+ * One conversation over a {@link Model}: its own KV cache, sampler and decoder ({@code
+ * edgellm_session}). Create it with {@link Model#newSession}.
+ *
+ * <p><b>Threads:</b> a Session is not thread-safe: use it from one thread at a time (several
+ * Sessions over one Model may run on different threads at once). The generate() callback runs
+ * on the calling thread and must not call this Session's methods (they throw {@link
+ * IllegalStateException}); return false from it to stop instead.
+ *
+ * <p><b>Memory:</b> close() frees the KV cache and scratch at once (try-with-resources). A
+ * Session that is never closed is freed by a Cleaner once unreachable, with a warning logged to
+ * the "dev.edgellm" logger. After close() every method throws IllegalStateException("Session is
+ * closed"); close() itself may be called again.
+ */
+public final class Session implements AutoCloseable {
+  private final NativeHandle handle;
+  @SuppressWarnings("unused") // keeps a draft model reachable as long as the session
+  private final Model draft;
+  private volatile boolean generating;
+
+  Session(long h, Model draft) {
+    this.handle = new NativeHandle(this, "Session", h, Native::sessionFree);
+    this.draft = draft;
+  }
+
+  private long acquire() {
+    if (generating) {
+      throw new IllegalStateException(
+          "Session is busy in generate(): return false from the callback to stop it");
+    }
+    return handle.acquire();
+  }
+
+  private void release() {
+    handle.release();
+  }
+
+  /**
+   * Generates after a text prompt, streaming each piece to callback. A prompt that extends what
+   * the session already holds (a chat's next turn) forwards only its new tokens.
+   *
+   * @param options null for {@link GenerateOptions#defaults()}
+   * @param callback null to only collect the stats
+   * @return what the call did; {@link StopReason#CALLBACK} when the callback stopped it
+   * @throws EdgellmException when the native call fails (the session stays usable)
+   * @throws RuntimeException or Error: whatever the callback threw (generation stopped)
+   */
+  public GenerationStats generate(String prompt, GenerateOptions options, TokenCallback callback) {
+    if (prompt == null) throw new NullPointerException("prompt");
+    return run(Utf8.cString(prompt, "prompt"), null, options, callback);
+  }
+
+  /** The same after token ids (for example from {@link Model#tokenize}). */
+  public GenerationStats generate(int[] promptIds, GenerateOptions options, TokenCallback callback) {
+    if (promptIds == null) throw new NullPointerException("promptIds");
+    return run(null, promptIds.clone(), options, callback);
+  }
+
+  /** Generates after prompt and returns the whole text. */
+  public String generateText(String prompt, GenerateOptions options) {
+    final StringBuilder sb = new StringBuilder();
+    generate(prompt, options, (text, token) -> {
+      sb.append(text);
+      return true;
+    });
+    return sb.toString();
+  }
+
+  private GenerationStats run(byte[] prompt, int[] ids, GenerateOptions options,
+      TokenCallback callback) {
+    GenerateOptions o = options != null ? options : GenerateOptions.defaults();
+    CallbackBridge bridge = callback != null ? new CallbackBridge(callback) : null;
+    double[] stats = new double[6];
+    long h = acquire();
+    generating = true;
+    try {
+      Native.generate(h, prompt, ids, o.maxNewTokens, o.stopBytes(), o.ignoreEos, o.addSpecial,
+          o.parseSpecial, bridge, stats);
+    } finally {
+      generating = false;
+      release();
+    }
+    if (bridge != null && bridge.error != null) rethrow(bridge.error);
+    return new GenerationStats(stats);
+  }
+
+  private static void rethrow(Throwable t) {
+    if (t instanceof RuntimeException) throw (RuntimeException) t;
+    if (t instanceof Error) throw (Error) t;
+    throw new RuntimeException("the token callback threw", t); // a checked exception, smuggled
+  }
+
+  /** Forgets the conversation: the cache holds no tokens, the sampler restarts from its seed. */
+  public void reset() {
+    long h = acquire();
+    try {
+      Native.sessionReset(h);
+    } finally {
+      release();
+    }
+  }
+
+  /** New sampling settings for the next calls. */
+  public void setSampling(Sampling sampling) {
+    if (sampling == null) throw new NullPointerException("sampling");
+    long h = acquire();
+    try {
+      Native.sessionSetSampling(h, sampling.floats(), sampling.longs());
+    } finally {
+      release();
+    }
+  }
+
+  /** Tokens the session's cache holds. */
+  public long position() {
+    long h = acquire();
+    try {
+      return Native.sessionPosition(h);
+    } finally {
+      release();
+    }
+  }
+
+  /** Tokens the session's cache can hold. */
+  public long contextSize() {
+    long h = acquire();
+    try {
+      return Native.sessionContextSize(h);
+    } finally {
+      release();
+    }
+  }
+
+  /** Writes the KV state after the latest generate() call's prompt to path (atomically). */
+  public void savePromptCache(String path) {
+    byte[] p = Utf8.cString(path, "path");
+    long h = acquire();
+    try {
+      Native.savePromptCache(h, p);
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * Restores a state written by {@link #savePromptCache}; a state from another model or KV type
+   * is refused (EdgellmException) and the session is unchanged. Plain decoding only.
+   *
+   * @return the number of tokens the state holds
+   */
+  public long loadPromptCache(String path) {
+    byte[] p = Utf8.cString(path, "path");
+    long h = acquire();
+    try {
+      return Native.loadPromptCache(h, p);
+    } finally {
+      release();
+    }
+  }
+
+  /** Frees the session now (idempotent). Not allowed from this session's generate() callback. */
+  @Override
+  public void close() {
+    if (generating) {
+      throw new IllegalStateException(
+          "Session is busy in generate(): return false from the callback, then close it");
+    }
+    handle.close();
+  }
+
+  public boolean isClosed() {
+    return handle.isClosed();
+  }
+}
