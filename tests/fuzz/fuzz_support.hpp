@@ -4,8 +4,10 @@
 // writing, and the replay main() used where there is no libFuzzer (GCC).
 #pragma once
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -50,8 +52,9 @@ inline void write_file(const std::filesystem::path& p, std::string_view bytes) {
 }
 
 /// A directory for one fuzzing process, on tmpfs (/dev/shm) where there is one so that each
-/// input's files never touch a disk; removed with its contents on destruction (libFuzzer runs
-/// static destructors when -max_total_time or -runs ends the process normally).
+/// input's files never touch a disk; removed with its contents on destruction. libFuzzer does not
+/// always end with static destructors (a crash, some -runs=N exits), so the constructor also
+/// removes the directories of this tag left by processes that no longer exist.
 class ScratchDir {
  public:
   explicit ScratchDir(std::string_view tag) {
@@ -59,7 +62,15 @@ class ScratchDir {
     std::filesystem::path base = "/dev/shm";
     if (!std::filesystem::is_directory(base, ec) || ::access(base.c_str(), W_OK) != 0)
       base = std::filesystem::temp_directory_path();
-    path_ = base / ("edgellm-fuzz-" + std::string(tag) + "-" + std::to_string(::getpid()));
+    const std::string prefix = "edgellm-fuzz-" + std::string(tag) + "-";
+    for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        std::filesystem::remove_all(e.path(), ec);
+    }
+    path_ = base / (prefix + std::to_string(::getpid()));
     std::filesystem::remove_all(path_, ec);
     std::filesystem::create_directories(path_, ec);
     EDGELLM_FUZZ_CHECK(!ec);
