@@ -4,7 +4,8 @@
 # then ASan/UBSan unit tests, then the arm64 cross build with its tests under qemu-aarch64 (all
 # on -cpu max; the kernel and model groups also on cortex-a53 and cortex-a76, so each run-time
 # dispatch branch runs), then the static arm64 benches and edgellm-generate run under qemu
-# without a sysroot.
+# without a sysroot, then every libFuzzer target for EDGELLM_FUZZ_SECONDS (default 20) each
+# (scripts/fuzz.sh: a clang++ ASan/UBSan build in build/fuzz; EDGELLM_FUZZ_SECONDS=0 skips it).
 # Each preset runs configure -> build -> ctest; a failure skips the rest of that preset only.
 # The last line sums ctest's test counts over all presets as "test.sh: N passed, M failed"; a
 # configure or build that failed counts as one failed test. Exit status: 0 only if all passed.
@@ -107,6 +108,17 @@ for preset in "${presets[@]}"; do
     failed=$((failed + 1))
   fi
 done
+
+# The fuzz stage: each target fuzzed briefly so the harnesses keep compiling and a regression in
+# a parser shows. Counts as one test.
+fuzz_seconds=${EDGELLM_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" != 0 ]; then
+  if stage "fuzz ${fuzz_seconds}s/target" bash scripts/fuzz.sh "$fuzz_seconds"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+fi
 
 echo
 echo "=== summary (total $((SECONDS - start)) s)"

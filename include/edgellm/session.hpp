@@ -241,27 +241,11 @@ class Session {
   /// A session over `engine`. Errors: a null engine, options the Transformer, the sampler or the
   /// speculative decoder refuse (context, sampling ranges, a draft with another vocabulary), a
   /// draft engine together with prompt_lookup.
+  // Defined after the class: Clang (14) does not instantiate Core<Cache>::create from a generic
+  // lambda in a member function defined inside the class before Core, and the link fails with
+  // "undefined reference to Session::Core<...>::create" (found by tests/fuzz/checkpoint_dir).
   static result<Session> create(std::shared_ptr<const Engine> engine,
-                                const SessionOptions& options = {}) {
-    constexpr std::string_view where = "Session::create";
-    if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
-    if (options.draft && options.prompt_lookup) {
-      return make_error(errc::invalid_argument, where,
-                        "draft and prompt_lookup: choose one way of drafting");
-    }
-    auto sampler = decode::Sampler::create(options.sampling);
-    if (!sampler) return sampler.error();
-    Session s(std::move(engine), options, std::move(*sampler));
-    const auto build = [&](auto tag) -> status {
-      using Cache = typename decltype(tag)::type;
-      auto core = Core<Cache>::create(*s.engine_, options, s.transformer_options());
-      if (!core) return core.error();
-      s.core_ = std::move(*core);
-      return {};
-    };
-    if (auto st = cache::with_kv_type(options.kv_type, build); !st) return st.error();
-    return s;
-  }
+                                const SessionOptions& options = {});
 
   Session(Session&&) noexcept = default;
   Session& operator=(Session&&) noexcept = default;
@@ -504,5 +488,27 @@ class Session {
   std::vector<std::int32_t> last_prompt_;  // the latest generate() call's prompt
   SessionStats totals_;
 };
+
+inline result<Session> Session::create(std::shared_ptr<const Engine> engine,
+                                       const SessionOptions& options) {
+  constexpr std::string_view where = "Session::create";
+  if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
+  if (options.draft && options.prompt_lookup) {
+    return make_error(errc::invalid_argument, where,
+                      "draft and prompt_lookup: choose one way of drafting");
+  }
+  auto sampler = decode::Sampler::create(options.sampling);
+  if (!sampler) return sampler.error();
+  Session s(std::move(engine), options, std::move(*sampler));
+  const auto build = [&](auto tag) -> status {
+    using Cache = typename decltype(tag)::type;
+    auto core = Core<Cache>::create(*s.engine_, options, s.transformer_options());
+    if (!core) return core.error();
+    s.core_ = std::move(*core);
+    return {};
+  };
+  if (auto st = cache::with_kv_type(options.kv_type, build); !st) return st.error();
+  return s;
+}
 
 }  // namespace edgellm

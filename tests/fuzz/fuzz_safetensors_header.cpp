@@ -5,6 +5,7 @@
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/safetensors.hpp"
 #include "edgellm/model/config_json.hpp"
+#include "fuzz_support.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -13,12 +14,6 @@
 #include <string_view>
 
 namespace {
-
-// A broken invariant is a bug: stop so that libFuzzer records the input.
-#define EDGELLM_FUZZ_CHECK(cond)   \
-  do {                             \
-    if (!(cond)) __builtin_trap(); \
-  } while (0)
 
 void check_safetensors(std::span<const std::byte> file) {
   auto h = edgellm::io::parse_safetensors_header(file, "fuzz.safetensors");
@@ -72,6 +67,8 @@ void check_json(std::string_view text) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return 0; }
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
   check_safetensors(bytes);
@@ -80,42 +77,3 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size > 8) check_json(std::string_view(reinterpret_cast<const char*>(data) + 8, size - 8));
   return 0;
 }
-
-#if defined(EDGELLM_FUZZ_REPLAY_MAIN)
-// Without libFuzzer (GCC): run every file named on the command line, or found in a directory
-// named there, through the target once. Sanitizers and the checks above report any failure.
-#include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <vector>
-
-int main(int argc, char** argv) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> inputs;
-  for (int i = 1; i < argc; ++i) {
-    const fs::path p(argv[i]);
-    if (fs::is_directory(p)) {
-      for (const auto& e : fs::directory_iterator(p)) {
-        if (e.is_regular_file()) inputs.push_back(e.path());
-      }
-    } else {
-      inputs.push_back(p);
-    }
-  }
-  std::sort(inputs.begin(), inputs.end());
-  for (const fs::path& p : inputs) {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) {
-      std::fprintf(stderr, "cannot read %s\n", p.string().c_str());
-      return 1;
-    }
-    const std::vector<char> bytes((std::istreambuf_iterator<char>(f)),
-                                  std::istreambuf_iterator<char>());
-    LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
-  }
-  std::printf("replayed %zu inputs\n", inputs.size());
-  return inputs.empty() ? 1 : 0;
-}
-#endif
