@@ -6,6 +6,7 @@
 // bpe.hpp encode, decoder.hpp and stream_decoder.hpp decode.
 #pragma once
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/tokenizer/added_tokens.hpp"
@@ -228,13 +229,16 @@ class Tokenizer {
 // ================================================================================================
 
 inline result<Tokenizer> Tokenizer::load(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::string file = path;
-  if (fs::is_directory(path, ec)) file = (fs::path(path) / "tokenizer.json").string();
-  auto text = io::read_text_file(file);
-  if (!text) return text.error();
-  return from_json(*text, file);
+  // The guard: an allocation that fails on a huge or hostile file is an error, not an abort.
+  return edgellm::detail::guard_exceptions("Tokenizer::load", [&]() -> result<Tokenizer> {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::string file = path;
+    if (fs::is_directory(path, ec)) file = (fs::path(path) / "tokenizer.json").string();
+    auto text = io::read_text_file(file);
+    if (!text) return text.error();
+    return from_json(*text, file);
+  });
 }
 
 inline result<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::string_view name) {

@@ -456,8 +456,8 @@ inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks)
 /// Memory: converted tensors' mapped pages are released as loading goes (see LoadOptions), so
 /// peak resident memory is about the converted weights plus one tensor plus the as-stored
 /// embedding / lm_head pages that get touched.
-inline result<std::shared_ptr<const TransformerWeights>> load_weights(
-    const std::string& dir, const LoadOptions& options = {}) {
+inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
+    const std::string& dir, const LoadOptions& options) {
   constexpr std::string_view where = detail::WeightLoader::kWhere;
   auto cfg = load_model_config(dir);
   if (!cfg) return cfg.error();
@@ -636,6 +636,14 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   }
   w->checkpoint.emplace(std::move(*ckpt));
   return std::shared_ptr<const TransformerWeights>(std::move(w));
+}
+
+/// The loader above, as applications call it: with the last-resort guard that turns an exception
+/// escaping it (an allocation the loader does not check itself) into an error, never an abort.
+inline result<std::shared_ptr<const TransformerWeights>> load_weights(
+    const std::string& dir, const LoadOptions& options = {}) {
+  return edgellm::detail::guard_exceptions(
+      detail::WeightLoader::kWhere, [&] { return load_weights_unguarded(dir, options); });
 }
 
 }  // namespace edgellm::model
