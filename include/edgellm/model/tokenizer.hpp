@@ -206,7 +206,7 @@ class Tokenizer {
   friend class StreamDecoder;
   Tokenizer() = default;
 
-  void finalize();
+  status finalize();
   std::optional<std::string_view> token_text(std::int32_t id) const;
 
   std::string name_;
@@ -257,18 +257,26 @@ inline result<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::s
   t.added_ = detail::tok::AddedVocabulary::build(std::move(spec->added), [&t](std::string_view s) {
     return detail::tok::normalize(t.normalizers_, s);
   });
-  t.finalize();
+  if (auto st = t.finalize(); !st) {
+    return make_error(st.error().code, "Tokenizer::from_json",
+                      std::string(name) + ": " + st.error().message);
+  }
   return t;
 }
 
-inline void Tokenizer::finalize() {
+inline status Tokenizer::finalize() {
   std::size_t size = model_.id_to_token.size();
   for (const auto& t : added_.tokens) size = std::max(size, static_cast<std::size_t>(t.id) + 1);
   vocab_size_ = size;
 
   // Special flags by id. HF's decode skips a token whose *string* is a special token's content,
-  // so a vocabulary entry spelled like one counts as well.
-  special_.assign(size, 0);
+  // so a vocabulary entry spelled like one counts as well. An added token's id sizes the table:
+  // a huge id is an out_of_memory error, not an abort.
+  if (auto st = edgellm::detail::try_assign(special_, size, 0, "Tokenizer",
+                                            "special-token flags for " + std::to_string(size) +
+                                                " ids");
+      !st)
+    return st;
   for (const auto& t : added_.tokens) {
     if (!t.special) continue;
     special_[static_cast<std::size_t>(t.id)] = 1;
@@ -289,6 +297,7 @@ inline void Tokenizer::finalize() {
   eos_ = !template_after_.empty()
              ? std::optional<std::int32_t>(template_after_.back())
              : special_named({"</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>"});
+  return {};
 }
 
 // ================================================================================================
