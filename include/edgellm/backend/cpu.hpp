@@ -6,6 +6,7 @@
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/elementwise.hpp"
@@ -131,8 +132,7 @@ class Cpu {
     b.mo_.isa = options.isa;
     b.mo_.workspace = b.workspace_.get();
     const std::size_t half = shape.head_dim / 2;
-    b.cos_.resize(shape.max_batch * half);
-    b.sin_.resize(shape.max_batch * half);
+    if (auto st = b.rope_tables(shape.max_batch * half); !st) return st.error();
     return b;
   }
 
@@ -140,8 +140,15 @@ class Cpu {
   Cpu& operator=(Cpu&&) noexcept = default;
 
   result<Tensor> activation(std::size_t cols) {
+    // [max_batch][cols]: max_batch is the caller's option, so the size is checked.
+    std::vector<float> buf;
+    const std::string what = "activation [" + std::to_string(shape_.max_batch) + ", " +
+                             std::to_string(cols) + "]";
+    if (auto st = edgellm::detail::try_resize(buf, shape_.max_batch * cols, "backend::Cpu", what);
+        !st)
+      return st.error();
     // Moving the outer vector moves the inner ones: their buffers (the spans) stay put.
-    buffers_.emplace_back(shape_.max_batch * cols);
+    buffers_.push_back(std::move(buf));
     return Tensor{std::span<float>(buffers_.back()), cols};
   }
   result<Matrix> upload(const kernels::Linear& w) { return &w; }
@@ -224,6 +231,13 @@ class Cpu {
   const kernels::MatmulOptions& matmul_options() const noexcept { return mo_; }
 
  private:
+  // cos_ and sin_, [max_batch][head_dim / 2] each.
+  status rope_tables(std::size_t n) {
+    constexpr std::string_view where = "backend::Cpu::create";
+    if (auto st = edgellm::detail::try_resize(cos_, n, where, "RoPE cos table"); !st) return st;
+    return edgellm::detail::try_resize(sin_, n, where, "RoPE sin table");
+  }
+
   Cpu() = default;
 
   ModelShape shape_;

@@ -9,6 +9,7 @@
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/reference_attention.hpp"
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/elementwise.hpp"
@@ -21,6 +22,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace edgellm::backend {
@@ -53,13 +57,18 @@ class Scalar {
     Scalar b;
     b.shape_ = shape;
     b.path_ = options.path;
-    b.cos_.resize(shape.max_batch * (shape.head_dim / 2));
-    b.sin_.resize(shape.max_batch * (shape.head_dim / 2));
+    if (auto st = b.rope_tables(shape.max_batch * (shape.head_dim / 2)); !st) return st.error();
     return b;
   }
 
   result<Tensor> activation(std::size_t cols) {
-    buffers_.emplace_back(shape_.max_batch * cols);
+    // [max_batch][cols]: max_batch is the caller's option, so the size is checked.
+    std::vector<float> buf;
+    const std::string what = "activation [" + std::to_string(shape_.max_batch) + ", " +
+                             std::to_string(cols) + "]";
+    if (auto st = edgellm::detail::try_resize(buf, shape_.max_batch * cols, "backend::Scalar", what); !st)
+      return st.error();
+    buffers_.push_back(std::move(buf));
     return Tensor{std::span<float>(buffers_.back()), cols};
   }
   result<Matrix> upload(const kernels::Linear& w) { return &w; }
@@ -139,6 +148,13 @@ class Scalar {
   }
 
  private:
+  // cos_ and sin_, [max_batch][head_dim / 2] each.
+  status rope_tables(std::size_t n) {
+    constexpr std::string_view where = "backend::Scalar::create";
+    if (auto st = edgellm::detail::try_resize(cos_, n, where, "RoPE cos table"); !st) return st;
+    return edgellm::detail::try_resize(sin_, n, where, "RoPE sin table");
+  }
+
   Scalar() = default;
 
   // y [m][w.n()] = x [m][w.k()] w^T (+ bias).
