@@ -351,32 +351,38 @@ class Session {
   /// rest. Plain decoding only. Errors name the file; a state from another model, KV type or
   /// checkpoint is refused and the session is unchanged.
   result<std::vector<std::int32_t>> load_prompt_cache(const std::string& path) {
-    constexpr std::string_view where = "Session::load_prompt_cache";
-    if (options_.draft || options_.prompt_lookup) {
-      return make_error(errc::unsupported, where,
-                        "a prompt cache is not supported with speculative decoding");
-    }
-    auto c = decode::read_prompt_cache(path);
-    if (!c) return c.error();
-    if (auto st = std::visit([&](auto& core) { return core->restore(*c); }, core_); !st) {
-      return make_error(st.error().code, where,
-                        path + ": " + st.error().message + " (delete the file to rebuild it)");
-    }
-    return std::move(c->tokens);
+    using Tokens = result<std::vector<std::int32_t>>;
+    return edgellm::detail::guard_exceptions("Session::load_prompt_cache", [&]() -> Tokens {
+      constexpr std::string_view where = "Session::load_prompt_cache";
+      if (options_.draft || options_.prompt_lookup) {
+        return make_error(errc::unsupported, where,
+                          "a prompt cache is not supported with speculative decoding");
+      }
+      auto c = decode::read_prompt_cache(path);
+      if (!c) return c.error();
+      if (auto st = std::visit([&](auto& core) { return core->restore(*c); }, core_); !st) {
+        return make_error(st.error().code, where,
+                          path + ": " + st.error().message + " (delete the file to rebuild it)");
+      }
+      return std::move(c->tokens);
+    });
   }
 
   /// Writes the KV state after the latest generate() call's prompt to `path` (to a temporary
   /// file, then renamed). Errors: no generate() yet, I/O errors naming the file.
   status save_prompt_cache(const std::string& path) const {
-    if (last_prompt_.empty()) {
-      return make_error(errc::invalid_argument, "Session::save_prompt_cache",
-                        "no prompt yet (call generate() first)");
-    }
-    decode::PromptCache c;
-    auto st = std::visit([&](const auto& core) { return decode::save_prompt_cache(core->target, last_prompt_, c); },
-                         core_);
-    if (!st) return st;
-    return decode::write_prompt_cache(path, c);
+    return edgellm::detail::guard_exceptions("Session::save_prompt_cache", [&]() -> status {
+      if (last_prompt_.empty()) {
+        return make_error(errc::invalid_argument, "Session::save_prompt_cache",
+                          "no prompt yet (call generate() first)");
+      }
+      decode::PromptCache c;
+      auto st = std::visit(
+          [&](const auto& core) { return decode::save_prompt_cache(core->target, last_prompt_, c); },
+          core_);
+      if (!st) return st;
+      return decode::write_prompt_cache(path, c);
+    });
   }
 
   const std::shared_ptr<const Engine>& engine() const noexcept { return engine_; }
