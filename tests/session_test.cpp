@@ -263,6 +263,19 @@ TEST_CASE("Session: errors are values that name what was wrong", "[session]") {
   CHECK_FALSE(spec.load_prompt_cache(missing));
 }
 
+TEST_CASE("Session: an exception from the callback reaches the caller; the session goes on",
+          "[session]") {
+  // The library turns its own exceptions into errors; the application's are its own.
+  Session s = make_session(load_engine());
+  GenerateOptions g;
+  g.max_new_tokens = 8;
+  struct Stop {};
+  CHECK_THROWS_AS(s.generate("And God said", g, [](std::string_view, std::int32_t) -> bool {
+    throw Stop{};
+  }), Stop);
+  CHECK(generate_ids(s, "And God said", 4).size() == 4);
+}
+
 TEST_CASE("Session: two threads load one checkpoint with packed_cache auto", "[session]") {
   // Both loads may build and write the cache at once; each must load, and both Engines must
   // generate the tokens of a load without the cache. (Under ThreadSanitizer: no reports.)

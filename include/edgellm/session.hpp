@@ -40,6 +40,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -276,26 +277,29 @@ class Session {
   /// Encodes `prompt` (GenerateOptions::add_special / parse_special) and generates after it.
   result<Generation> generate(std::string_view prompt, const GenerateOptions& options = {},
                               const TokenCallback& on_token = {}) {
-    return edgellm::detail::guard_exceptions("Session::generate", [&]() -> result<Generation> {
-      const model::Tokenizer* tok = engine_->tokenizer();
-      if (tok == nullptr) return no_tokenizer();
-      if (prompt.empty())
-        return make_error(errc::invalid_argument, "Session::generate", "prompt: empty");
-      auto ids = tok->encode(prompt, {.add_special = options.add_special,
-                                      .parse_special = options.parse_special});
-      if (!ids) return ids.error();
-      return generate(std::span<const std::int32_t>(*ids), options, on_token);
+    const model::Tokenizer* tok = engine_->tokenizer();
+    if (tok == nullptr) return no_tokenizer();
+    if (prompt.empty())
+      return make_error(errc::invalid_argument, "Session::generate", "prompt: empty");
+    auto ids = edgellm::detail::guard_exceptions("Session::generate", [&] {
+      return tok->encode(prompt, {.add_special = options.add_special,
+                                  .parse_special = options.parse_special});
     });
+    if (!ids) return ids.error();
+    return generate(std::span<const std::int32_t>(*ids), options, on_token);
   }
 
   /// Generates after the token ids `prompt` (decode::generate's loop). The cache keeps the
   /// longest common prefix of this prompt and what it holds. Errors: no tokenizer, an empty
   /// prompt, max_new_tokens == 0, a token id outside the vocabulary, a prompt longer than the
-  /// context; a full context during generation is not an error (StopReason::context_full).
+  /// context, memory that runs out (errc::out_of_memory; reset() before going on); a full
+  /// context during generation is not an error (StopReason::context_full). An exception thrown
+  /// by on_token is the caller's: it stops generation, as returning false does, and is rethrown.
   result<Generation> generate(std::span<const std::int32_t> prompt,
                               const GenerateOptions& options = {},
                               const TokenCallback& on_token = {}) {
-    return edgellm::detail::guard_exceptions("Session::generate", [&]() -> result<Generation> {
+    std::exception_ptr thrown_by_callback;
+    auto r = edgellm::detail::guard_exceptions("Session::generate", [&]() -> result<Generation> {
       const model::Tokenizer* tok = engine_->tokenizer();
       if (tok == nullptr) return no_tokenizer();
       decode::GenerateOptions go;
@@ -307,7 +311,13 @@ class Session {
       go.stop_ids.insert(go.stop_ids.end(), options.stop_ids.begin(), options.stop_ids.end());
       Generation out;
       const auto on_text = [&](std::string_view piece) {
-        return !on_token || on_token(piece, out.tokens.empty() ? -1 : out.tokens.back());
+        if (!on_token) return true;
+        try {
+          return on_token(piece, out.tokens.empty() ? -1 : out.tokens.back());
+        } catch (...) {
+          thrown_by_callback = std::current_exception();
+          return false;
+        }
       };
       auto stats = std::visit(
           [&](auto& core) { return core->run(sampler_, *tok, prompt, go, on_text, out.tokens); },
@@ -323,6 +333,8 @@ class Session {
       totals_.last = *stats;
       return out;
     });
+    if (thrown_by_callback) std::rethrow_exception(thrown_by_callback);
+    return r;
   }
 
   /// Forgets the conversation: the cache holds no tokens, the sampler restarts from its seed,
