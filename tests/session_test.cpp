@@ -348,7 +348,7 @@ TEST_CASE("Session: under an address-space limit, load and generate end cleanly"
     return std::to_string(vm_peak_bytes()) + " " + r;
   });
   if (!measure.supported) {
-    WARN("skipped: RLIMIT_AS does not apply here (" + measure.output.substr(1) + ")");
+    WARN("skipped: RLIMIT_AS does not apply here (" + measure.why_unsupported() + ")");
     return;
   }
   INFO(measure.describe());
@@ -371,7 +371,7 @@ TEST_CASE("Session: under an address-space limit, load and generate end cleanly"
   for (const std::size_t limit : limits) {
     const auto child = test::run_limited(limit, [&] { return load_and_generate(dir); });
     if (!child.supported) {  // the emulator ignores the limit (qemu-user)
-      WARN("skipped: RLIMIT_AS does not apply here (" + child.output.substr(1) + ")");
+      WARN("skipped: RLIMIT_AS does not apply here (" + child.why_unsupported() + ")");
       return;
     }
     table += "  base + " + std::to_string((limit - base) >> 10) + " KiB: " +

@@ -155,7 +155,7 @@ TEST_CASE("ThreadPool::create: a thread that cannot start is an error, not std::
     return std::string(edgellm::to_string(pool.error().code)) + ": " + pool.error().message;
   });
   if (!child.supported) {
-    WARN("skipped: RLIMIT_AS does not apply here (" + child.output.substr(1) + ")");
+    WARN("skipped: RLIMIT_AS does not apply here (" + child.why_unsupported() + ")");
     return;
   }
   INFO(child.describe());

@@ -590,7 +590,7 @@ TEST_CASE("Tokenizer: an added token id that sizes a table beyond memory is an e
         return std::string(edgellm::to_string(t.error().code)) + ": " + t.error().message;
       });
   if (!child.supported) {
-    WARN("skipped: RLIMIT_AS does not apply here (" + child.output.substr(1) + ")");
+    WARN("skipped: RLIMIT_AS does not apply here (" + child.why_unsupported() + ")");
     return;
   }
   INFO(child.describe());

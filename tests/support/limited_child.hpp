@@ -35,6 +35,10 @@ struct ChildOutcome {
   bool exited = false;    ///< the child returned from fn and exited with status 0
   int status = 0;         ///< waitpid's status
   std::string output;     ///< what fn returned
+  /// Why the limit could not be applied (when !supported).
+  std::string why_unsupported() const {
+    return output.empty() ? "unsupported" : output.substr(output[0] == '\x01' ? 1 : 0);
+  }
   std::string describe() const {
 #if defined(__linux__)
     if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
@@ -110,6 +114,7 @@ ChildOutcome run_limited(std::size_t limit, Fn&& fn) {
   (void)limit;
   (void)fn;
   out.supported = false;
+  out.output = "\x01a sanitizer build or not Linux";
 #endif
   return out;
 }
