@@ -23,14 +23,16 @@ int main(int argc, char** argv) {
   // 1. Memory: the same context in each cache type.
   auto q8 = model::Transformer<cache::KVCacheQ8>::create(*weights, {.context_size = 2048});
   auto f16 = model::Transformer<cache::KVCacheF16>::create(*weights, {.context_size = 2048});
-  if (!q8 || !f16) return die("cannot create the sessions");
+  if (!q8) return die(q8.error().message);
+  if (!f16) return die(f16.error().message);
   std::printf("KV cache for 2048 tokens: int8 %.2f MB, fp16 %.2f MB\n", q8->cache().bytes() / 1e6,
               f16->cache().bytes() / 1e6);
 
   // 2. A system prompt, prefilled once; its state saved as a prompt cache (also to a file).
   auto system = tokenizer->encode("In the beginning God created the heaven and the earth.");
   auto user = tokenizer->encode(" And God said");
-  if (!system || !user) return die("cannot encode");
+  if (!system) return die(system.error().message);
+  if (!user) return die(user.error().message);
   std::vector<float> logits(q8->vocab_size());
   if (auto st = q8->forward(*system, decode::LogitsMode::last, logits); !st) return die(st.error().message);
   decode::PromptCache saved;
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   // refused with an error, and the cache stays usable.
   if (auto st = q8->truncate(system->size()); !st) return die(st.error().message);
   auto other = model::Transformer<cache::KVCacheF16>::create(*weights, {.context_size = 2048});
+  if (!other) return die(other.error().message);
   auto st = decode::restore_prompt_cache(*other, saved);
   std::printf("int8 state into an fp16 cache: %s\n", st ? "accepted?!" : st.error().message.c_str());
   return 0;

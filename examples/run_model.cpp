@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
   std::printf("\nposition %zu of %zu\n", session->position(), session->context_size());
 
   // 4. Roll back (e.g. after a rejected speculation) and bad input: errors, never crashes.
-  if (auto st = session->truncate(5); !st) return 1;
+  if (auto st = session->truncate(5); !st)
+    return std::fprintf(stderr, "%s\n", st.error().message.c_str()), 1;
   const std::int32_t bad = static_cast<std::int32_t>(session->vocab_size());
   auto st = session->forward({&bad, 1}, decode::LogitsMode::last, logits);
   std::printf("token id %d -> %s\n", bad, st ? "ok?!" : st.error().message.c_str());

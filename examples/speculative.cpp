@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
   };
   auto out = session->generate("And God said", gen, print);
   if (!out) return die(out.error().message);
-  const decode::SpeculativeStats& s = *session->speculative_stats();
+  const decode::SpeculativeStats* stats = session->speculative_stats();
+  if (stats == nullptr) return die("the session has no speculative decoder");
+  const decode::SpeculativeStats& s = *stats;
   std::printf("\n[draft model] %zu drafted, %zu accepted, %.2f tokens per target forward\n", s.drafted,
               s.accepted, s.tokens_per_forward());
 
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
   if (!lookup) return die(lookup.error().message);
   out = lookup->generate("And God said", gen, print);
   if (!out) return die(out.error().message);
-  std::printf("\n[lookup] %.2f tokens per target forward\n", lookup->speculative_stats()->tokens_per_forward());
+  if (lookup->speculative_stats() == nullptr) return die("the session has no speculative decoder");
+  std::printf("\n[lookup] %.2f tokens per target forward\n",
+              lookup->speculative_stats()->tokens_per_forward());
   return 0;
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The CI suite: host release build + all tests (unit, header checks, packaging, bench smoke),
-# then ASan/UBSan unit tests, then the arm64 cross build with its tests under qemu-aarch64 (all
-# on -cpu max; the kernel and model groups also on cortex-a53 and cortex-a76, so each run-time
-# dispatch branch runs), then the static arm64 benches and edgellm-generate run under qemu
-# without a sysroot, then every libFuzzer target for EDGELLM_FUZZ_SECONDS (default 20) each
-# (scripts/fuzz.sh: a clang++ ASan/UBSan build in build/fuzz; EDGELLM_FUZZ_SECONDS=0 skips it).
+# then ASan/UBSan unit tests, then ThreadSanitizer on the session and thread pool tests, then
+# the arm64 cross build with its tests under qemu-aarch64 (all on -cpu max; the kernel and model
+# groups also on cortex-a53 and cortex-a76, so each run-time dispatch branch runs), then the
+# static arm64 benches and edgellm-generate run under qemu without a sysroot, then every
+# libFuzzer target for EDGELLM_FUZZ_SECONDS (default 20) each (scripts/fuzz.sh: a clang++
+# ASan/UBSan build in build/fuzz; EDGELLM_FUZZ_SECONDS=0 skips it).
 # Each preset runs configure -> build -> ctest; a failure skips the rest of that preset only.
 # The last line sums ctest's test counts over all presets as "test.sh: N passed, M failed"; a
 # configure or build that failed counts as one failed test. Exit status: 0 only if all passed.
@@ -20,7 +21,7 @@ if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null 2>&1; then
   export CMAKE_GENERATOR=Ninja
 fi
 
-presets=(${EDGELLM_TEST_PRESETS:-release asan aarch64 aarch64-static})
+presets=(${EDGELLM_TEST_PRESETS:-release asan tsan aarch64 aarch64-static})
 passed=0
 failed=0
 summary=()

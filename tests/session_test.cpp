@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The session facade on the bundled model: the same tokens as the low-level path, two sessions
 // over one Engine on two threads, cancel from the callback, reset, KV types, prompt cache,
-// speculative decoding, and errors that name what was wrong.
+// speculative decoding, errors that name what was wrong, two threads loading one checkpoint, and
+// loading and generating under an address-space limit.
 #include "edgellm/session.hpp"
 
+#include "support/limited_child.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_env.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -257,4 +261,133 @@ TEST_CASE("Session: errors are values that name what was wrong", "[session]") {
   lookup.prompt_lookup = true;
   Session spec = make_session(engine, lookup);
   CHECK_FALSE(spec.load_prompt_cache(missing));
+}
+
+TEST_CASE("Session: an exception from the callback reaches the caller; the session goes on",
+          "[session]") {
+  // The library turns its own exceptions into errors; the application's are its own.
+  Session s = make_session(load_engine());
+  GenerateOptions g;
+  g.max_new_tokens = 8;
+  struct Stop {};
+  CHECK_THROWS_AS(s.generate("And God said", g, [](std::string_view, std::int32_t) -> bool {
+    throw Stop{};
+  }), Stop);
+  CHECK(generate_ids(s, "And God said", 4).size() == 4);
+}
+
+TEST_CASE("Session: two threads load one checkpoint with packed_cache auto", "[session]") {
+  // Both loads may build and write the cache at once; each must load, and both Engines must
+  // generate the tokens of a load without the cache. (Under ThreadSanitizer: no reports.)
+  test::TempDir tmp("edgellm-session-load");
+  const std::string dir = tmp.file("model");
+  std::filesystem::copy(model_dir("kjv-draft-awq"), dir);
+  const auto plain = load_engine({}, "kjv-draft-awq");
+  Session ref = make_session(plain);
+  const Ids want = generate_ids(ref, "And God said", 8);
+
+  EngineOptions eo;
+  eo.load.packed_cache = "auto";
+  std::shared_ptr<const Engine> got[2];
+  std::string errors[2];
+  const auto work = [&](int i) {
+    auto e = Engine::load(dir, eo);
+    if (e) got[i] = *e;
+    else errors[i] = e.error().message;
+  };
+  std::thread ta(work, 0), tb(work, 1);
+  ta.join();
+  tb.join();
+  for (int i = 0; i < 2; ++i) {
+    INFO(errors[i]);
+    REQUIRE(got[i]);
+    Session s = make_session(got[i]);
+    CHECK(generate_ids(s, "And God said", 8) == want);
+  }
+}
+
+namespace {
+// A child's report: "ok <tokens>" or "error <code>: <message>".
+std::string load_and_generate(const std::string& dir) {
+  EngineOptions eo;
+  eo.threads = 2;  // a pool: its threads are created under the limit too
+  auto e = Engine::load(dir, eo);
+  if (!e) return std::string("error ") + to_string(e.error().code) + ": " + e.error().message;
+  SessionOptions so = greedy();
+  so.context_size = 64;
+  auto s = Session::create(*e, so);
+  if (!s) return std::string("error ") + to_string(s.error().code) + ": " + s.error().message;
+  GenerateOptions g;
+  g.max_new_tokens = 4;
+  g.ignore_eos = true;
+  auto out = s->generate("And God said", g);
+  if (!out) return std::string("error ") + to_string(out.error().code) + ": " + out.error().message;
+  std::string r = "ok";
+  for (const std::int32_t t : out->tokens) r += " " + std::to_string(t);
+  return r;
+}
+
+std::size_t vm_peak_bytes() {  // /proc/self/status VmPeak, 0 where unknown
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmPeak:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("Session: under an address-space limit, load and generate end cleanly", "[memory_limit]") {
+  // Engine::load (weights, tokenizer, a 2-thread pool), Session::create and a 4-token generation
+  // in a child under RLIMIT_AS, at limits from just above the baseline to above what they need:
+  // each child ends with "ok" and the unlimited run's tokens, or an error value, never a signal.
+  const std::string dir = model_dir("kjv-draft-awq");
+  const std::size_t base = test::vm_bytes();
+  std::size_t need = 0;
+  std::string want;
+  const auto measure = test::run_limited(0, [&] {  // no limit: how much the run maps at most
+    std::string r = load_and_generate(dir);
+    return std::to_string(vm_peak_bytes()) + " " + r;
+  });
+  if (!measure.supported) {
+    WARN("skipped: RLIMIT_AS does not apply here (" + measure.why_unsupported() + ")");
+    return;
+  }
+  INFO(measure.describe());
+  REQUIRE(measure.exited);
+  const auto space = measure.output.find(' ');
+  need = std::stoull(measure.output.substr(0, space)) - base;
+  want = measure.output.substr(space + 1);
+  REQUIRE(want.rfind("ok ", 0) == 0);
+
+  // 21 limits: base + 64 KiB, then need / 2^(i/2) for i = 18 .. 0 (steps of sqrt(2); most of
+  // `need` is address space reserved but barely used: a thread's stack, its malloc arena), then
+  // need * 5/4. The failures land in different places: mapping the checkpoint, converting
+  // weights, the tokenizer, the pool's threads, the session's cache, generation.
+  std::vector<std::size_t> limits = {base + (std::size_t{64} << 10)};
+  for (int i = 18; i >= 0; --i)
+    limits.push_back(base + (i % 2 ? (need >> (i / 2 + 1)) * 1414 / 1000 : need >> (i / 2)));
+  limits.push_back(base + need * 5 / 4);
+  std::size_t oks = 0, errors = 0;
+  std::string table;
+  for (const std::size_t limit : limits) {
+    const auto child = test::run_limited(limit, [&] { return load_and_generate(dir); });
+    if (!child.supported) {  // the emulator ignores the limit (qemu-user)
+      WARN("skipped: RLIMIT_AS does not apply here (" + child.why_unsupported() + ")");
+      return;
+    }
+    table += "  base + " + std::to_string((limit - base) >> 10) + " KiB: " +
+             (child.exited ? child.output.substr(0, 120) : child.describe()) + "\n";
+    INFO(table);
+    REQUIRE(child.exited);
+    if (child.output == want) {
+      ++oks;
+    } else {
+      CHECK(child.output.rfind("error ", 0) == 0);
+      ++errors;
+    }
+  }
+  INFO(table);
+  CHECK(oks >= 1);
+  CHECK(errors >= 1);
+  WARN("baseline " + std::to_string(base >> 10) + " KiB, the run maps up to " +
+       std::to_string(need >> 10) + " KiB more:\n" + table);
 }

@@ -8,7 +8,10 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <string>
 #include <vector>
+
+#include "support/limited_child.hpp"
 
 using namespace edgellm;
 
@@ -140,4 +143,24 @@ TEST_CASE("ThreadPool pins its workers when asked, and the caller only by pin_cu
   const unsigned too_big = CPU_SETSIZE;
   REQUIRE_FALSE(pin_current_thread(std::span<const unsigned>(&too_big, 1)));
 #endif
+}
+
+TEST_CASE("ThreadPool::create: a thread that cannot start is an error, not std::system_error",
+          "[thread_pool]") {
+  // In a child with an address-space limit just above what it uses, the workers' stacks
+  // (8 MiB each by default) cannot be mapped; create() must report it and join those started.
+  const auto child = test::run_limited(test::vm_bytes() + (std::size_t{48} << 20), [] {
+    auto pool = ThreadPool::create(64);
+    if (pool) return std::string("created");  // the limit did not bite: fails below
+    return std::string(edgellm::to_string(pool.error().code)) + ": " + pool.error().message;
+  });
+  if (!child.supported) {
+    WARN("skipped: RLIMIT_AS does not apply here (" + child.why_unsupported() + ")");
+    return;
+  }
+  INFO(child.describe());
+  REQUIRE(child.exited);
+  using Catch::Matchers::Contains;
+  CHECK_THAT(child.output, Contains("out of memory") && Contains("cannot start thread") &&
+                               Contains("[ThreadPool::create]"));
 }

@@ -100,8 +100,8 @@ edgellm_status to_status(errc code) noexcept {
     case errc::unsupported: return EDGELLM_ERR_UNSUPPORTED;
     case errc::out_of_range: return EDGELLM_ERR_OUT_OF_RANGE;
     case errc::capacity_exceeded: return EDGELLM_ERR_CAPACITY;
-    // INTEGRATOR: with errc::out_of_memory in result.hpp, uncomment the next line.
-    // case errc::out_of_memory: return EDGELLM_ERR_OUT_OF_MEMORY;
+    case errc::out_of_memory: return EDGELLM_ERR_OUT_OF_MEMORY;
+    case errc::internal: return EDGELLM_ERR_INTERNAL;
   }
   return EDGELLM_ERR_INTERNAL;
 }

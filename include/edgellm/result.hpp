@@ -19,6 +19,8 @@ enum class errc {
   unsupported,       ///< a well-formed input that edgellm does not handle
   out_of_range,      ///< an index, token id or position past its limit
   capacity_exceeded, ///< a preallocated buffer (context, cache) is full
+  out_of_memory,     ///< memory (or a thread) could not be allocated; the message says for what
+  internal,          ///< an unexpected exception inside the library, turned into an error
 };
 
 inline const char* to_string(errc e) noexcept {
@@ -30,6 +32,8 @@ inline const char* to_string(errc e) noexcept {
     case errc::unsupported: return "unsupported";
     case errc::out_of_range: return "out of range";
     case errc::capacity_exceeded: return "capacity exceeded";
+    case errc::out_of_memory: return "out of memory";
+    case errc::internal: return "internal error";
   }
   return "error";
 }

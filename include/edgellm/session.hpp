@@ -29,6 +29,7 @@
 #include "edgellm/decode/prompt_cache.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/decode/speculative.hpp"
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"
@@ -39,6 +40,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -97,49 +99,54 @@ class Engine {
   /// vocab_size, a pool that cannot be created.
   static result<std::shared_ptr<const Engine>> load(const std::string& dir,
                                                     const EngineOptions& options = {}) {
-    constexpr std::string_view where = "Engine::load";
-    std::error_code ec;
-    if (!std::filesystem::is_directory(dir, ec)) {
-      return make_error(errc::io_error, where,
-                        "'" + dir + "' is not a directory (a Hugging Face checkpoint directory)");
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    std::shared_ptr<Engine> e(new Engine());
-    e->dir_ = dir;
-    e->options_ = options;
-    model::LoadOptions lo = options.load;
-    auto w = model::load_weights(dir, lo);
-    if (!w && options.lm_head_fallback && lo.lm_head == model::LmHeadFormat::q4 &&
-        !lo.fp32_reference) {
-      // Whatever made the int4 lm_head fail, the load as stored either works or reports the
-      // checkpoint's real problem.
-      e->lm_head_note_ = "int4 lm_head refused (" + w.error().message + "); keeping it as stored";
-      lo.lm_head = model::LmHeadFormat::as_stored;
-      w = model::load_weights(dir, lo);
-    }
-    if (!w) return w.error();
-    e->weights_ = std::move(*w);
-    if (options.load_tokenizer) {
-      auto tok = model::Tokenizer::load(dir);
-      if (!tok) return tok.error();
-      if (tok->vocab_size() > e->weights_->config.vocab_size) {
-        return make_error(errc::format_error, where,
-                          dir + ": tokenizer.json has " + std::to_string(tok->vocab_size()) +
-                              " tokens but the model's vocab_size is " +
-                              std::to_string(e->weights_->config.vocab_size));
+    // The guard turns an exception that escapes (an allocation not checked where it happens)
+    // into an error: the application gets a result, never an abort.
+    using Loaded = result<std::shared_ptr<const Engine>>;
+    return edgellm::detail::guard_exceptions("Engine::load", [&]() -> Loaded {
+      constexpr std::string_view where = "Engine::load";
+      std::error_code ec;
+      if (!std::filesystem::is_directory(dir, ec)) {
+        return make_error(errc::io_error, where,
+                          "'" + dir + "' is not a directory (a Hugging Face checkpoint directory)");
       }
-      e->tokenizer_.emplace(std::move(*tok));
-    }
-    for (const std::int64_t id : e->weights_->config.eos_token_ids)
-      e->eos_ids_.push_back(static_cast<std::int32_t>(id));
-    if (options.threads > 1) {
-      auto pool = ThreadPool::create(options.threads);
-      if (!pool) return pool.error();
-      e->pool_ = std::move(*pool);
-    }
-    e->load_seconds_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return std::shared_ptr<const Engine>(std::move(e));
+      const auto t0 = std::chrono::steady_clock::now();
+      std::shared_ptr<Engine> e(new Engine());
+      e->dir_ = dir;
+      e->options_ = options;
+      model::LoadOptions lo = options.load;
+      auto w = model::load_weights(dir, lo);
+      if (!w && options.lm_head_fallback && lo.lm_head == model::LmHeadFormat::q4 &&
+          !lo.fp32_reference) {
+        // Whatever made the int4 lm_head fail, the load as stored either works or reports the
+        // checkpoint's real problem.
+        e->lm_head_note_ = "int4 lm_head refused (" + w.error().message + "); keeping it as stored";
+        lo.lm_head = model::LmHeadFormat::as_stored;
+        w = model::load_weights(dir, lo);
+      }
+      if (!w) return w.error();
+      e->weights_ = std::move(*w);
+      if (options.load_tokenizer) {
+        auto tok = model::Tokenizer::load(dir);
+        if (!tok) return tok.error();
+        if (tok->vocab_size() > e->weights_->config.vocab_size) {
+          return make_error(errc::format_error, where,
+                            dir + ": tokenizer.json has " + std::to_string(tok->vocab_size()) +
+                                " tokens but the model's vocab_size is " +
+                                std::to_string(e->weights_->config.vocab_size));
+        }
+        e->tokenizer_.emplace(std::move(*tok));
+      }
+      for (const std::int64_t id : e->weights_->config.eos_token_ids)
+        e->eos_ids_.push_back(static_cast<std::int32_t>(id));
+      if (options.threads > 1) {
+        auto pool = ThreadPool::create(options.threads);
+        if (!pool) return pool.error();
+        e->pool_ = std::move(*pool);
+      }
+      e->load_seconds_ =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return std::shared_ptr<const Engine>(std::move(e));
+    });
   }
 
   Engine(const Engine&) = delete;
@@ -257,8 +264,10 @@ class Session {
     if (tok == nullptr) return no_tokenizer();
     if (prompt.empty())
       return make_error(errc::invalid_argument, "Session::generate", "prompt: empty");
-    auto ids = tok->encode(prompt, {.add_special = options.add_special,
-                                    .parse_special = options.parse_special});
+    auto ids = edgellm::detail::guard_exceptions("Session::generate", [&] {
+      return tok->encode(prompt, {.add_special = options.add_special,
+                                  .parse_special = options.parse_special});
+    });
     if (!ids) return ids.error();
     return generate(std::span<const std::int32_t>(*ids), options, on_token);
   }
@@ -266,35 +275,49 @@ class Session {
   /// Generates after the token ids `prompt` (decode::generate's loop). The cache keeps the
   /// longest common prefix of this prompt and what it holds. Errors: no tokenizer, an empty
   /// prompt, max_new_tokens == 0, a token id outside the vocabulary, a prompt longer than the
-  /// context; a full context during generation is not an error (StopReason::context_full).
+  /// context, memory that runs out (errc::out_of_memory; reset() before going on); a full
+  /// context during generation is not an error (StopReason::context_full). An exception thrown
+  /// by on_token is the caller's: it stops generation, as returning false does, and is rethrown.
   result<Generation> generate(std::span<const std::int32_t> prompt,
                               const GenerateOptions& options = {},
                               const TokenCallback& on_token = {}) {
-    const model::Tokenizer* tok = engine_->tokenizer();
-    if (tok == nullptr) return no_tokenizer();
-    decode::GenerateOptions go;
-    go.max_new_tokens = options.max_new_tokens;
-    go.stop_strings = options.stop_strings;
-    go.skip_special = options.skip_special;
-    if (!options.ignore_eos) go.stop_ids.assign(engine_->eos_ids().begin(), engine_->eos_ids().end());
-    go.stop_ids.insert(go.stop_ids.end(), options.stop_ids.begin(), options.stop_ids.end());
-    Generation out;
-    const auto on_text = [&](std::string_view piece) {
-      return !on_token || on_token(piece, out.tokens.empty() ? -1 : out.tokens.back());
-    };
-    auto stats = std::visit(
-        [&](auto& core) { return core->run(sampler_, *tok, prompt, go, on_text, out.tokens); },
-        core_);
-    if (!stats) return stats.error();
-    last_prompt_.assign(prompt.begin(), prompt.end());
-    out.stats = *stats;
-    totals_.generations += 1;
-    totals_.prompt_tokens += stats->prompt_tokens;
-    totals_.new_tokens += stats->new_tokens;
-    totals_.prefill_s += stats->prefill_s;
-    totals_.decode_s += stats->decode_s;
-    totals_.last = *stats;
-    return out;
+    std::exception_ptr thrown_by_callback;
+    auto r = edgellm::detail::guard_exceptions("Session::generate", [&]() -> result<Generation> {
+      const model::Tokenizer* tok = engine_->tokenizer();
+      if (tok == nullptr) return no_tokenizer();
+      decode::GenerateOptions go;
+      go.max_new_tokens = options.max_new_tokens;
+      go.stop_strings = options.stop_strings;
+      go.skip_special = options.skip_special;
+      if (!options.ignore_eos)
+        go.stop_ids.assign(engine_->eos_ids().begin(), engine_->eos_ids().end());
+      go.stop_ids.insert(go.stop_ids.end(), options.stop_ids.begin(), options.stop_ids.end());
+      Generation out;
+      const auto on_text = [&](std::string_view piece) {
+        if (!on_token) return true;
+        try {
+          return on_token(piece, out.tokens.empty() ? -1 : out.tokens.back());
+        } catch (...) {
+          thrown_by_callback = std::current_exception();
+          return false;
+        }
+      };
+      auto stats = std::visit(
+          [&](auto& core) { return core->run(sampler_, *tok, prompt, go, on_text, out.tokens); },
+          core_);
+      if (!stats) return stats.error();
+      last_prompt_.assign(prompt.begin(), prompt.end());
+      out.stats = *stats;
+      totals_.generations += 1;
+      totals_.prompt_tokens += stats->prompt_tokens;
+      totals_.new_tokens += stats->new_tokens;
+      totals_.prefill_s += stats->prefill_s;
+      totals_.decode_s += stats->decode_s;
+      totals_.last = *stats;
+      return out;
+    });
+    if (thrown_by_callback) std::rethrow_exception(thrown_by_callback);
+    return r;
   }
 
   /// Forgets the conversation: the cache holds no tokens, the sampler restarts from its seed,
@@ -323,32 +346,38 @@ class Session {
   /// rest. Plain decoding only. Errors name the file; a state from another model, KV type or
   /// checkpoint is refused and the session is unchanged.
   result<std::vector<std::int32_t>> load_prompt_cache(const std::string& path) {
-    constexpr std::string_view where = "Session::load_prompt_cache";
-    if (options_.draft || options_.prompt_lookup) {
-      return make_error(errc::unsupported, where,
-                        "a prompt cache is not supported with speculative decoding");
-    }
-    auto c = decode::read_prompt_cache(path);
-    if (!c) return c.error();
-    if (auto st = std::visit([&](auto& core) { return core->restore(*c); }, core_); !st) {
-      return make_error(st.error().code, where,
-                        path + ": " + st.error().message + " (delete the file to rebuild it)");
-    }
-    return std::move(c->tokens);
+    using Tokens = result<std::vector<std::int32_t>>;
+    return edgellm::detail::guard_exceptions("Session::load_prompt_cache", [&]() -> Tokens {
+      constexpr std::string_view where = "Session::load_prompt_cache";
+      if (options_.draft || options_.prompt_lookup) {
+        return make_error(errc::unsupported, where,
+                          "a prompt cache is not supported with speculative decoding");
+      }
+      auto c = decode::read_prompt_cache(path);
+      if (!c) return c.error();
+      if (auto st = std::visit([&](auto& core) { return core->restore(*c); }, core_); !st) {
+        return make_error(st.error().code, where,
+                          path + ": " + st.error().message + " (delete the file to rebuild it)");
+      }
+      return std::move(c->tokens);
+    });
   }
 
   /// Writes the KV state after the latest generate() call's prompt to `path` (to a temporary
   /// file, then renamed). Errors: no generate() yet, I/O errors naming the file.
   status save_prompt_cache(const std::string& path) const {
-    if (last_prompt_.empty()) {
-      return make_error(errc::invalid_argument, "Session::save_prompt_cache",
-                        "no prompt yet (call generate() first)");
-    }
-    decode::PromptCache c;
-    auto st = std::visit([&](const auto& core) { return decode::save_prompt_cache(core->target, last_prompt_, c); },
-                         core_);
-    if (!st) return st;
-    return decode::write_prompt_cache(path, c);
+    return edgellm::detail::guard_exceptions("Session::save_prompt_cache", [&]() -> status {
+      if (last_prompt_.empty()) {
+        return make_error(errc::invalid_argument, "Session::save_prompt_cache",
+                          "no prompt yet (call generate() first)");
+      }
+      decode::PromptCache c;
+      auto st = std::visit(
+          [&](const auto& core) { return decode::save_prompt_cache(core->target, last_prompt_, c); },
+          core_);
+      if (!st) return st;
+      return decode::write_prompt_cache(path, c);
+    });
   }
 
   const std::shared_ptr<const Engine>& engine() const noexcept { return engine_; }
@@ -491,24 +520,26 @@ class Session {
 
 inline result<Session> Session::create(std::shared_ptr<const Engine> engine,
                                        const SessionOptions& options) {
-  constexpr std::string_view where = "Session::create";
-  if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
-  if (options.draft && options.prompt_lookup) {
-    return make_error(errc::invalid_argument, where,
-                      "draft and prompt_lookup: choose one way of drafting");
-  }
-  auto sampler = decode::Sampler::create(options.sampling);
-  if (!sampler) return sampler.error();
-  Session s(std::move(engine), options, std::move(*sampler));
-  const auto build = [&](auto tag) -> status {
-    using Cache = typename decltype(tag)::type;
-    auto core = Core<Cache>::create(*s.engine_, options, s.transformer_options());
-    if (!core) return core.error();
-    s.core_ = std::move(*core);
-    return {};
-  };
-  if (auto st = cache::with_kv_type(options.kv_type, build); !st) return st.error();
-  return s;
+  return edgellm::detail::guard_exceptions("Session::create", [&]() -> result<Session> {
+    constexpr std::string_view where = "Session::create";
+    if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
+    if (options.draft && options.prompt_lookup) {
+      return make_error(errc::invalid_argument, where,
+                        "draft and prompt_lookup: choose one way of drafting");
+    }
+    auto sampler = decode::Sampler::create(options.sampling);
+    if (!sampler) return sampler.error();
+    Session s(std::move(engine), options, std::move(*sampler));
+    const auto build = [&](auto tag) -> status {
+      using Cache = typename decltype(tag)::type;
+      auto core = Core<Cache>::create(*s.engine_, options, s.transformer_options());
+      if (!core) return core.error();
+      s.core_ = std::move(*core);
+      return {};
+    };
+    if (auto st = cache::with_kv_type(options.kv_type, build); !st) return st.error();
+    return s;
+  });
 }
 
 }  // namespace edgellm

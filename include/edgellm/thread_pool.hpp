@@ -10,9 +10,12 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/result.hpp"
 
@@ -113,7 +116,26 @@ class ThreadPool {
       return make_error(errc::invalid_argument, "ThreadPool::create",
                         "n_threads: " + std::to_string(n_threads) + " is more than 1024");
     }
-    return std::unique_ptr<ThreadPool>(new ThreadPool(n_threads, std::move(options.pin_cpus)));
+    constexpr std::string_view where = "ThreadPool::create";
+    std::unique_ptr<ThreadPool> pool;
+    try {
+      pool.reset(new ThreadPool(n_threads, std::move(options.pin_cpus)));
+    } catch (const std::bad_alloc&) {
+      return detail::allocation_error(where, "the pool's state",
+                                      sizeof(ThreadPool) + n_threads * sizeof(Range));
+    }
+    // Workers start one by one; when one cannot (no memory for its stack, a thread limit),
+    // the pool's destructor stops and joins those already running.
+    for (std::size_t i = 1; i < n_threads; ++i) {
+      try {
+        pool->workers_.emplace_back([p = pool.get(), i] { p->worker(i); });
+      } catch (const std::system_error& e) {
+        return make_error(errc::out_of_memory, where,
+                          "cannot start thread " + std::to_string(i + 1) + " of " +
+                              std::to_string(n_threads) + ": " + e.what());
+      }
+    }
+    return pool;
   }
 
   ThreadPool(const ThreadPool&) = delete;
@@ -126,7 +148,7 @@ class ThreadPool {
     for (auto& t : workers_) t.join();
   }
 
-  std::size_t size() const noexcept { return workers_.size() + 1; }
+  std::size_t size() const noexcept { return n_threads_; }
 
   /// Runs fn(thread_index, n_threads) on all threads (index 0 is the caller) and waits.
   template <class Fn>
@@ -228,10 +250,10 @@ class ThreadPool {
     (*static_cast<F*>(ctx))(t, n);
   }
 
+  // The workers are started by create(), which can report a thread that does not start.
   ThreadPool(std::size_t n_threads, std::vector<unsigned> pin_cpus)
-      : pin_cpus_(std::move(pin_cpus)), ranges_(new Range[n_threads]) {
+      : pin_cpus_(std::move(pin_cpus)), n_threads_(n_threads), ranges_(new Range[n_threads]) {
     workers_.reserve(n_threads - 1);
-    for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
   }
 
   void worker(std::size_t index) {
@@ -252,6 +274,7 @@ class ThreadPool {
 
   static constexpr std::chrono::microseconds kSpinTime{250};
   std::vector<unsigned> pin_cpus_;  // set before the workers start, then read-only
+  std::size_t n_threads_;           // the caller and the workers
   std::vector<std::thread> workers_;
   std::mutex run_mutex_;
   Task task_{nullptr, nullptr};

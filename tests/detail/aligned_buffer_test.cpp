@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for edgellm/detail/aligned_buffer.hpp: alignment for each MemoryUse, typed arrays,
-// zero-size requests and moves.
+// zero-size requests and moves; allocation failures as errc::out_of_memory (try_resize,
+// try_allocate_aligned) and the exception guard.
 #include "edgellm/detail/aligned_buffer.hpp"
 
 #include <catch2/catch.hpp>
@@ -8,6 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
 
 namespace {
 namespace d = edgellm::detail;
@@ -46,4 +52,69 @@ TEST_CASE("allocate_aligned: 64-byte alignment, 2 MiB for large streamed buffers
   d::AlignedBuffer moved = std::move(streamed);
   CHECK(moved.get_deleter().align == (std::size_t{2} << 20));
   CHECK_FALSE(streamed);
+}
+
+TEST_CASE("try_resize / try_allocate_aligned: a failed allocation is an error naming it",
+          "[detail]") {
+  using edgellm::errc;
+  using Catch::Matchers::Contains;
+  std::vector<std::uint64_t> v(3, 7);
+  // 2^60 elements (2^63 bytes): more than max_size, refused before allocating.
+  auto st = d::try_resize(v, std::size_t{1} << 60, "test", "huge table");
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code == errc::out_of_memory);
+  CHECK(st.error().message == "[test] huge table: cannot allocate 9223372036854775808 bytes");
+  CHECK(v.size() == 3);  // unchanged
+  // 2^56 elements (2^59 bytes): below max_size, so operator new runs and throws bad_alloc.
+  st = d::try_resize(v, std::size_t{1} << 56, "test", "big table");
+  REQUIRE_FALSE(st);
+  CHECK_THAT(st.error().message, Contains("big table: cannot allocate 576460752303423488 bytes"));
+  CHECK(v == std::vector<std::uint64_t>{7, 7, 7});
+  REQUIRE(d::try_resize(v, 5, "test", "small", std::uint64_t{9}));
+  CHECK(v == std::vector<std::uint64_t>{7, 7, 7, 9, 9});
+  REQUIRE(d::try_assign(v, 2, 1, "test", "small"));
+  CHECK(v == std::vector<std::uint64_t>{1, 1});
+  CHECK_FALSE(d::try_reserve(v, std::size_t{1} << 56, "test", "reserve"));
+
+  auto a = d::try_allocate_aligned<float>(std::size_t{1} << 60, "test", "scratch");
+  REQUIRE_FALSE(a);
+  CHECK(a.error().code == errc::out_of_memory);
+  CHECK_THAT(a.error().message, Contains("[test] scratch: cannot allocate"));
+  auto ok = d::try_allocate_aligned<float>(16, "test", "scratch");
+  REQUIRE(ok);
+  CHECK(*ok != nullptr);
+}
+
+TEST_CASE("guard_exceptions: an escaping exception becomes an error", "[detail]") {
+  using edgellm::errc;
+  using edgellm::result;
+  const auto run = [](auto thrower) {
+    return d::guard_exceptions("f", [&]() -> result<int> {
+      thrower();
+      return 1;
+    });
+  };
+  auto r = run([] { throw std::bad_alloc(); });
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == errc::out_of_memory);
+  CHECK(r.error().message == "[f] out of memory");
+  r = run([] {
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+  });
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == errc::out_of_memory);
+  r = run([] { throw std::runtime_error("boom"); });
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == errc::internal);
+  CHECK(r.error().message == "[f] boom");
+  r = run([] { throw 42; });
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == errc::internal);
+  r = run([] {});
+  REQUIRE(r);
+  CHECK(*r == 1);
+  edgellm::status st =
+      d::guard_exceptions("g", []() -> edgellm::status { throw std::bad_alloc(); });
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code == errc::out_of_memory);
 }

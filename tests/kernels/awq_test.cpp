@@ -185,3 +185,31 @@ TEST_CASE("AWQ import names the mismatched tensor", "[kernels][awq]") {
     REQUIRE_THAT(r.error().message, Catch::Contains("n: 6"));
   }
 }
+
+TEST_CASE("AWQ import: a tensor too big for memory is an out_of_memory error, not bad_alloc",
+          "[kernels][awq]") {
+  // Shapes at check_dims' limits (n = k = 2^31): 2^62 int4 codes, more than any address space.
+  // The spans claim the sizes the shapes imply; the import fails before it reads a byte.
+  constexpr std::size_t big = std::size_t{1} << 31, G = 128;
+  const std::byte dummy[64] = {};
+  const auto lying = [&](std::size_t bytes) { return std::span<const std::byte>(dummy, bytes); };
+  AwqLinearTensors t;
+  t.qweight = {lying(big * (big / 8) * 4), {big, big / 8}, "layers.0.mlp.up_proj.qweight"};
+  t.qzeros = {lying((big / G) * (big / 8) * 4), {big / G, big / 8}, "layers.0.mlp.up_proj.qzeros"};
+  t.scales = {lying((big / G) * big * 2), {big / G, big}, "layers.0.mlp.up_proj.scales"};
+  auto r = import_awq_gemm(t, G);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == edgellm::errc::out_of_memory);
+  CHECK_THAT(r.error().message, Catch::Matchers::Contains("layers.0.mlp.up_proj.qweight") &&
+                                    Catch::Matchers::Contains("4611686018427387904 bytes"));
+
+  AwqLinearTensors v;  // the gemv layout: qweight [n, k/8], qzeros [n, zw], scales [n, zw*8]
+  const std::size_t zw = awq_gemv_zeros_width(big, G);
+  v.qweight = {lying(big * (big / 8) * 4), {big, big / 8}, "gemv.qweight"};
+  v.qzeros = {lying(big * zw * 4), {big, zw}, "gemv.qzeros"};
+  v.scales = {lying(big * zw * 8 * 2), {big, zw * 8}, "gemv.scales"};
+  auto g = import_awq_gemv(v, G);
+  REQUIRE_FALSE(g);
+  CHECK(g.error().code == edgellm::errc::out_of_memory);
+  CHECK_THAT(g.error().message, Catch::Matchers::Contains("gemv.qweight"));
+}

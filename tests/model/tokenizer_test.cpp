@@ -8,6 +8,7 @@
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
+#include "support/limited_child.hpp"
 #include "support/test_env.hpp"
 
 #include <catch2/catch.hpp>
@@ -573,4 +574,27 @@ TEST_CASE("Tokenizer handles minimal hand-written files", "[tokenizer]") {
   CHECK(t4->is_special(10));
   CHECK(!t4->is_special(11));
   CHECK(t4->vocab_size() == 14);
+}
+
+TEST_CASE("Tokenizer: an added token id that sizes a table beyond memory is an error",
+          "[tokenizer]") {
+  // id 2^31 - 2 makes the special-flag table 2 GiB; under an address-space limit of 256 MiB
+  // above what the process maps, from_json must return out_of_memory naming the file.
+  const std::string text =
+      R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+          "added_tokens": [{"id": 2147483646, "content": "<big>", "special": true}]})";
+  const auto child = edgellm::test::run_limited(
+      edgellm::test::vm_bytes() + (std::size_t{256} << 20), [&] {
+        auto t = Tokenizer::from_json(text, "huge-id.json");
+        if (t) return std::string("loaded");
+        return std::string(edgellm::to_string(t.error().code)) + ": " + t.error().message;
+      });
+  if (!child.supported) {
+    WARN("skipped: RLIMIT_AS does not apply here (" + child.why_unsupported() + ")");
+    return;
+  }
+  INFO(child.describe());
+  REQUIRE(child.exited);
+  CHECK_THAT(child.output, Contains("out of memory") && Contains("huge-id.json") &&
+                               Contains("2147483647 bytes"));
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -31,14 +32,18 @@ struct HostTensor {
 class HostState {
  public:
   HostState() = default;
-  /// Errors: out of memory for the RoPE tables ([max_batch][head_dim / 2] floats, twice).
+  /// Errors: out_of_memory for the RoPE tables ([max_batch][head_dim / 2] floats, twice).
   static result<HostState> create(const ModelShape& shape) {
     HostState h;
     h.shape_ = shape;
-    const std::size_t n = shape.max_batch * (shape.head_dim / 2);
-    h.cos_ = detail::allocate_aligned<float>(n);
-    h.sin_ = detail::allocate_aligned<float>(n);
-    if (!h.cos_ || !h.sin_) return out_of_memory("RoPE tables", 2 * n * sizeof(float));
+    // [max_batch][head_dim / 2]: max_batch is the caller's option, so the size is checked.
+    const std::size_t n = detail::saturating_bytes(shape.max_batch, shape.head_dim / 2);
+    auto cos = detail::try_allocate_aligned<float>(n, kWhere, "RoPE cos table");
+    if (!cos) return cos.error();
+    auto sin = detail::try_allocate_aligned<float>(n, kWhere, "RoPE sin table");
+    if (!sin) return sin.error();
+    h.cos_ = std::move(*cos);
+    h.sin_ = std::move(*sin);
     h.table_floats_ = n;
     return h;
   }
@@ -47,13 +52,17 @@ class HostState {
 
   /// A new zeroed activation [max_batch][cols]; its memory stays put until the state dies.
   result<HostTensor> activation(std::size_t cols) {
-    const std::size_t n = shape_.max_batch * cols;
-    auto buf = detail::allocate_aligned<float>(n);
-    if (!buf) return out_of_memory("activation of " + std::to_string(cols) + " columns",
-                                   n * sizeof(float));
-    std::fill_n(buf.get(), n, 0.0f);
-    HostTensor t{std::span<float>(buf.get(), n), cols};
-    buffers_.push_back(std::move(buf));
+    const std::size_t n = detail::saturating_bytes(shape_.max_batch, cols);
+    auto buf = detail::try_allocate_aligned<float>(
+        n, kWhere,
+        "activation [" + std::to_string(shape_.max_batch) + ", " + std::to_string(cols) + "]");
+    if (!buf) return buf.error();
+    if (auto st = detail::try_reserve(buffers_, buffers_.size() + 1, kWhere, "activation list");
+        !st)
+      return st.error();
+    std::fill_n(buf->get(), n, 0.0f);
+    HostTensor t{std::span<float>(buf->get(), n), cols};
+    buffers_.push_back(std::move(*buf));
     activation_floats_ += n;
     return t;
   }
@@ -89,11 +98,7 @@ class HostState {
   }
 
  private:
-  static error out_of_memory(const std::string& what, std::size_t bytes) {
-    return make_error(errc::capacity_exceeded, "backend::HostState",
-                      "out of memory allocating the " + what + " (" + std::to_string(bytes) +
-                          " bytes)");
-  }
+  static constexpr std::string_view kWhere = "backend::HostState";
 
   ModelShape shape_;
   std::vector<detail::AlignedArray<float>> buffers_;  // activations, [max_batch][cols] each

@@ -132,12 +132,13 @@ class DenseKVCache {
       c.v_scale_ = edgellm::detail::allocate_aligned<float>(layers * kv_heads * c.slots_);
       ok = ok && c.k_scale_ && c.v_scale_;
     }
-    if (!ok) {
-      return fail("create", errc::capacity_exceeded,
-                  "cannot allocate " + std::to_string(c.bytes()) + " bytes");
-    }
-    c.layer_length_.assign(layers, 0);
-    c.row_.resize(head_dim);
+    const std::string where = std::string(Store::name) + "::create";
+    if (!ok) return edgellm::detail::allocation_error(where, "K and V", c.bytes());
+    if (auto st = edgellm::detail::try_assign(c.layer_length_, layers, 0, where, "layer lengths");
+        !st)
+      return st.error();
+    if (auto st = edgellm::detail::try_resize(c.row_, head_dim, where, "a row buffer"); !st)
+      return st.error();
     return c;
   }
 

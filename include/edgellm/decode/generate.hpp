@@ -6,6 +6,7 @@
 
 #include "edgellm/decode/model.hpp"
 #include "edgellm/decode/sampler.hpp"
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/result.hpp"
 
@@ -76,7 +77,8 @@ class PlainDecoder {
       ++keep;
     if (auto st = model_->truncate(keep); !st) return st;
     consumed_.resize(keep);
-    logits_.resize(model_->vocab_size());
+    if (auto st = edgellm::detail::try_resize(logits_, model_->vocab_size(), where, "logits"); !st)
+      return st;
     if (auto st = model_->forward(prompt.subspan(keep), LogitsMode::last, logits_); !st) return st;
     consumed_.assign(prompt.begin(), prompt.end());
     return {};

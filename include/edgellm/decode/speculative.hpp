@@ -8,6 +8,7 @@
 #include "edgellm/decode/model.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/decode/speculative_cost.hpp"
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -174,7 +175,9 @@ class SpeculativeDecoder {
     }
     if (options.adaptive && options.probe_interval == 0)
       return make_error(errc::invalid_argument, where, "options.probe_interval: must be >= 1");
-    return SpeculativeDecoder(target, draft, options);
+    SpeculativeDecoder d(target, draft, options);
+    if (auto st = d.allocate(); !st) return st.error();
+    return d;
   }
 
   SpeculativeDecoder(SpeculativeDecoder&&) noexcept = default;
@@ -399,13 +402,18 @@ class SpeculativeDecoder {
         options_(o),
         adaptive_(o.adaptive),
         control_(o.k, o.adaptive ? o.k_max : o.k, o.probe_interval),
-        V_(target.vocab_size()) {
-    const std::size_t kcap = o.adaptive ? o.k_max : o.k;
-    tlogits_.resize((kcap + 1) * V_);
-    dlogits_.resize(V_);
-    q_.resize(kcap);
-    drafts_.resize(kcap);
-    scratch_.assign(V_, 0.0);
+        V_(target.vocab_size()) {}
+
+  // The buffers sized by the vocabulary and the draft length.
+  status allocate() {
+    constexpr std::string_view where = "SpeculativeDecoder::create";
+    namespace d = edgellm::detail;
+    const std::size_t kcap = options_.adaptive ? options_.k_max : options_.k;
+    if (auto st = d::try_resize(tlogits_, (kcap + 1) * V_, where, "target logits"); !st) return st;
+    if (auto st = d::try_resize(dlogits_, V_, where, "draft logits"); !st) return st;
+    if (auto st = d::try_resize(q_, kcap, where, "draft distributions"); !st) return st;
+    if (auto st = d::try_resize(drafts_, kcap, where, "drafts"); !st) return st;
+    return d::try_assign(scratch_, V_, 0.0, where, "scratch");
   }
 
   /// The draft's position in sequence coordinates: it holds seq_[doff_, doff_ + position()).

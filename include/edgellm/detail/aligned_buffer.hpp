@@ -1,11 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one aligned allocator: uninitialised, cache-line (or 2 MiB) aligned arrays owned by a
-// unique_ptr, for packed weights, dense weight copies, KV caches and matmul scratch.
+// unique_ptr, for packed weights, dense weight copies, KV caches and matmul scratch. Also the
+// one way an allocation failure becomes an error (errc::out_of_memory naming what and how many
+// bytes): try_allocate_aligned, try_resize / try_assign for std::vector growth sized from a file
+// or an argument, and guard_exceptions, the last resort at the public entry points.
 #pragma once
 
 #include <cstddef>
+#include <exception>
+#include <limits>
 #include <memory>
 #include <new>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "edgellm/result.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -49,6 +61,107 @@ AlignedArray<T> allocate_aligned(std::size_t n, MemoryUse use = MemoryUse::plain
     (void)::madvise(p, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
 #endif
   return AlignedArray<T>(static_cast<T*>(p), AlignedDelete{align});
+}
+
+/// "[where] what: cannot allocate N bytes" (errc::out_of_memory). Never throws: when even the
+/// message cannot be allocated the error has an empty message (to_string(code) still says it).
+inline error allocation_error(std::string_view where, std::string_view what,
+                              std::size_t bytes) noexcept {
+  try {
+    return make_error(errc::out_of_memory, where,
+                      std::string(what) + ": cannot allocate " + std::to_string(bytes) + " bytes");
+  } catch (...) {
+    return error{errc::out_of_memory, {}};
+  }
+}
+
+/// n * size, saturated at SIZE_MAX (byte counts for messages and overflow checks).
+inline std::size_t saturating_bytes(std::size_t n, std::size_t size) noexcept {
+  return size != 0 && n > std::numeric_limits<std::size_t>::max() / size
+             ? std::numeric_limits<std::size_t>::max()
+             : n * size;
+}
+
+/// allocate_aligned, with an allocation_error naming `what` on failure.
+template <class T = std::byte>
+result<AlignedArray<T>> try_allocate_aligned(std::size_t n, std::string_view where,
+                                             std::string_view what,
+                                             MemoryUse use = MemoryUse::plain) noexcept {
+  const std::size_t bytes = saturating_bytes(n, sizeof(T));
+  if (bytes == std::numeric_limits<std::size_t>::max()) return allocation_error(where, what, bytes);
+  auto a = allocate_aligned<T>(n, use);
+  if (!a) return allocation_error(where, what, bytes);
+  return a;
+}
+
+/// v.resize(n, args...) (a std::vector or std::string), or an allocation_error naming `what`
+/// and n * sizeof(element) bytes instead of std::bad_alloc / std::length_error.
+template <class Vec, class... Value>
+status try_resize(Vec& v, std::size_t n, std::string_view where, std::string_view what,
+                  const Value&... value) noexcept {
+  const std::size_t bytes = saturating_bytes(n, sizeof(typename Vec::value_type));
+  try {
+    if (n > v.max_size()) return allocation_error(where, what, bytes);
+    v.resize(n, value...);
+  } catch (const std::bad_alloc&) {
+    return allocation_error(where, what, bytes);
+  } catch (const std::length_error&) {
+    return allocation_error(where, what, bytes);
+  }
+  return {};
+}
+
+/// v.assign(n, value), as try_resize.
+template <class Vec>
+status try_assign(Vec& v, std::size_t n, const typename Vec::value_type& value,
+                  std::string_view where, std::string_view what) noexcept {
+  v.clear();
+  return try_resize(v, n, where, what, value);
+}
+
+/// v.reserve(n), as try_resize.
+template <class Vec>
+status try_reserve(Vec& v, std::size_t n, std::string_view where, std::string_view what) noexcept {
+  const std::size_t bytes = saturating_bytes(n, sizeof(typename Vec::value_type));
+  try {
+    if (n > v.max_size()) return allocation_error(where, what, bytes);
+    v.reserve(n);
+  } catch (const std::bad_alloc&) {
+    return allocation_error(where, what, bytes);
+  } catch (const std::length_error&) {
+    return allocation_error(where, what, bytes);
+  }
+  return {};
+}
+
+/// Runs fn() (returning a result<T> or a status) and turns an exception that escapes it into an
+/// error: std::bad_alloc / std::length_error into out_of_memory, a std::system_error (a thread
+/// that could not start) into out_of_memory with its text, anything else into errc::internal.
+/// The backstop of the public entry points (Engine::load, Session::create / generate,
+/// model::load_weights, Tokenizer::load); the allocations sized by input are checked where they
+/// happen, so the message can say what was being allocated.
+template <class Fn>
+auto guard_exceptions(std::string_view where, Fn&& fn) noexcept -> decltype(fn()) {
+  const auto fail = [&](errc code, const char* what) noexcept -> error {
+    try {
+      return make_error(code, where, what);
+    } catch (...) {
+      return error{code, {}};
+    }
+  };
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const std::bad_alloc&) {
+    return fail(errc::out_of_memory, "out of memory");
+  } catch (const std::length_error& e) {
+    return fail(errc::out_of_memory, e.what());
+  } catch (const std::system_error& e) {
+    return fail(errc::out_of_memory, e.what());
+  } catch (const std::exception& e) {
+    return fail(errc::internal, e.what());
+  } catch (...) {
+    return fail(errc::internal, "unknown exception");
+  }
 }
 
 }  // namespace edgellm::detail

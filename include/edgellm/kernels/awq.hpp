@@ -106,9 +106,7 @@ inline result<UnpackedQ4> import_awq_gemm(const AwqLinearTensors& t, std::size_t
   w.n = n;
   w.k = k;
   w.group_size = group_size;
-  w.q.resize(n * k);
-  w.zero.resize(n * ng);
-  w.scale.resize(n * ng);
+  if (auto st = allocate_unpacked(w, where, t.qweight.name); !st) return st.error();
   for (std::size_t kk = 0; kk < k; ++kk) {
     for (std::size_t c = 0; c < n / 8; ++c) {
       const std::uint32_t word = detail::load_u32_le(t.qweight.data.data() + 4 * (kk * (n / 8) + c));
@@ -149,9 +147,7 @@ inline result<UnpackedQ4> import_awq_gemv(const AwqLinearTensors& t, std::size_t
   w.n = n;
   w.k = k;
   w.group_size = group_size;
-  w.q.resize(n * k);
-  w.zero.resize(n * ng);
-  w.scale.resize(n * ng);
+  if (auto st = allocate_unpacked(w, where, t.qweight.name); !st) return st.error();
   for (std::size_t r = 0; r < n; ++r) {
     for (std::size_t c = 0; c < k / 8; ++c) {
       const std::uint32_t word = detail::load_u32_le(t.qweight.data.data() + 4 * (r * (k / 8) + c));

@@ -157,8 +157,7 @@ class DenseMatrix {
   }
 
   static error no_memory(std::string_view where, const std::string& what, std::size_t bytes) {
-    return make_error(errc::capacity_exceeded, where,
-                      what + ": cannot allocate " + std::to_string(bytes) + " bytes");
+    return edgellm::detail::allocation_error(where, what, bytes);
   }
 
   DenseType type_ = DenseType::f32;

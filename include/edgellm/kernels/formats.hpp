@@ -87,8 +87,10 @@ class Q4Matrix {
     const std::size_t bytes = m.byte_size();
     auto buf = edgellm::detail::allocate_aligned(bytes, edgellm::detail::MemoryUse::streamed);
     if (!buf) {
-      return make_error(errc::capacity_exceeded, "Q4Matrix::allocate",
-                        "cannot allocate " + std::to_string(bytes) + " bytes");
+      return edgellm::detail::allocation_error("Q4Matrix::allocate",
+                                               "packed int4 [" + std::to_string(n) + ", " +
+                                                   std::to_string(k) + "]",
+                                               bytes);
     }
     std::byte* p = buf.get();
     if (zero_fill) std::memset(p, 0, bytes);

@@ -223,7 +223,8 @@ status run_products(std::string_view where, std::span<const Product> products, c
   Workspace& ws = opts.workspace ? *opts.workspace : local;
   std::byte* buf = ws.get(q8_activation_bytes(m, k, G));
   if (buf == nullptr) {
-    return make_error(errc::capacity_exceeded, where, "workspace: allocation failed");
+    return edgellm::detail::allocation_error(where, "workspace (int8 activations)",
+                                             q8_activation_bytes(m, k, G));
   }
   const Q8ActivationsView a = make_q8_view(buf, m, k, G);
   // A few rows take microseconds: not worth waking the pool for.

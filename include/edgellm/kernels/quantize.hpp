@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/result.hpp"
@@ -37,6 +38,18 @@ struct UnpackedQ4 {
            f16_to_f32(scale[g]);
   }
 };
+
+/// Sizes w.q, w.zero and w.scale for w.n, w.k and w.group_size (zero-filled); an out_of_memory
+/// error naming `what` (a tensor) and the bytes when the memory is not there.
+inline status allocate_unpacked(UnpackedQ4& w, std::string_view where, std::string_view what) {
+  const std::size_t ng = w.n_groups();
+  const std::string name(what);
+  if (auto st = edgellm::detail::try_resize(w.q, w.n * w.k, where, name + " (int4 codes)"); !st)
+    return st;
+  if (auto st = edgellm::detail::try_resize(w.zero, w.n * ng, where, name + " (zero points)"); !st)
+    return st;
+  return edgellm::detail::try_resize(w.scale, w.n * ng, where, name + " (scales)");
+}
 
 /// Dequantises to a row-major fp32 matrix [n][k].
 inline std::vector<float> dequantize(const UnpackedQ4& w) {
@@ -74,9 +87,7 @@ result<UnpackedQ4> quantize_rtn_impl(Read read, std::size_t size, std::size_t n,
   out.k = k;
   out.group_size = group_size;
   const std::size_t ng = k / group_size;
-  out.q.resize(n * k);
-  out.zero.resize(n * ng);
-  out.scale.resize(n * ng);
+  if (auto st = allocate_unpacked(out, "quantize_rtn", "w"); !st) return st.error();
   for (std::size_t r = 0; r < n; ++r) {
     for (std::size_t g = 0; g < ng; ++g) {
       const std::size_t base = r * k + g * group_size;

@@ -6,6 +6,7 @@
 // bpe.hpp encode, decoder.hpp and stream_decoder.hpp decode.
 #pragma once
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/tokenizer/added_tokens.hpp"
@@ -205,7 +206,7 @@ class Tokenizer {
   friend class StreamDecoder;
   Tokenizer() = default;
 
-  void finalize();
+  status finalize();
   std::optional<std::string_view> token_text(std::int32_t id) const;
 
   std::string name_;
@@ -228,13 +229,16 @@ class Tokenizer {
 // ================================================================================================
 
 inline result<Tokenizer> Tokenizer::load(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::string file = path;
-  if (fs::is_directory(path, ec)) file = (fs::path(path) / "tokenizer.json").string();
-  auto text = io::read_text_file(file, io::kMaxTokenizerJsonBytes);
-  if (!text) return text.error();
-  return from_json(*text, file);
+  // The guard: an allocation that fails on a huge or hostile file is an error, not an abort.
+  return edgellm::detail::guard_exceptions("Tokenizer::load", [&]() -> result<Tokenizer> {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::string file = path;
+    if (fs::is_directory(path, ec)) file = (fs::path(path) / "tokenizer.json").string();
+    auto text = io::read_text_file(file, io::kMaxTokenizerJsonBytes);
+    if (!text) return text.error();
+    return from_json(*text, file);
+  });
 }
 
 inline result<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::string_view name) {
@@ -253,18 +257,26 @@ inline result<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::s
   t.added_ = detail::tok::AddedVocabulary::build(std::move(spec->added), [&t](std::string_view s) {
     return detail::tok::normalize(t.normalizers_, s);
   });
-  t.finalize();
+  if (auto st = t.finalize(); !st) {
+    return make_error(st.error().code, "Tokenizer::from_json",
+                      std::string(name) + ": " + st.error().message);
+  }
   return t;
 }
 
-inline void Tokenizer::finalize() {
+inline status Tokenizer::finalize() {
   std::size_t size = model_.id_to_token.size();
   for (const auto& t : added_.tokens) size = std::max(size, static_cast<std::size_t>(t.id) + 1);
   vocab_size_ = size;
 
   // Special flags by id. HF's decode skips a token whose *string* is a special token's content,
-  // so a vocabulary entry spelled like one counts as well.
-  special_.assign(size, 0);
+  // so a vocabulary entry spelled like one counts as well. An added token's id sizes the table:
+  // a huge id is an out_of_memory error, not an abort.
+  if (auto st = edgellm::detail::try_assign(special_, size, 0, "Tokenizer",
+                                            "special-token flags for " + std::to_string(size) +
+                                                " ids");
+      !st)
+    return st;
   for (const auto& t : added_.tokens) {
     if (!t.special) continue;
     special_[static_cast<std::size_t>(t.id)] = 1;
@@ -285,6 +297,7 @@ inline void Tokenizer::finalize() {
   eos_ = !template_after_.empty()
              ? std::optional<std::int32_t>(template_after_.back())
              : special_named({"</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>"});
+  return {};
 }
 
 // ================================================================================================

@@ -242,7 +242,8 @@ class WeightLoader {
     if (!t) return t.error();
     auto m = dense_matrix_view(*t);
     if (!m) return m.error();
-    std::vector<float> out(n);
+    std::vector<float> out;
+    if (auto st = edgellm::detail::try_resize(out, n, kWhere, name); !st) return st.error();
     m->row(0, out.data());
     return out;
   }
@@ -273,7 +274,9 @@ class WeightLoader {
     if (!t) return t.error();
     auto v = dense_matrix_view(*t);
     if (!v) return v.error();
-    std::vector<float> values(n * k);
+    std::vector<float> values;
+    if (auto st = edgellm::detail::try_resize(values, n * k, kWhere, name + " (as fp32)"); !st)
+      return st.error();
     for (std::size_t r = 0; r < n; ++r) v->row(r, values.data() + r * k);
     auto m = DenseMatrix::from_f32(values, n, k);
     if (m) release(t->bytes);
@@ -291,7 +294,9 @@ class WeightLoader {
       std::vector<float> copy;
       const float* p = reinterpret_cast<const float*>(t->bytes.data());
       if (!t->is_aligned()) {
-        copy.resize(count);
+        if (auto st = edgellm::detail::try_resize(copy, count, kWhere, name + " (aligned copy)");
+            !st)
+          return st.error();
         std::memcpy(copy.data(), t->bytes.data(), count * 4);
         p = copy.data();
       }
@@ -300,7 +305,9 @@ class WeightLoader {
       std::vector<std::uint16_t> copy;
       const auto* p = reinterpret_cast<const std::uint16_t*>(t->bytes.data());
       if (!t->is_aligned()) {
-        copy.resize(count);
+        if (auto st = edgellm::detail::try_resize(copy, count, kWhere, name + " (aligned copy)");
+            !st)
+          return st.error();
         std::memcpy(copy.data(), t->bytes.data(), count * 2);
         p = copy.data();
       }
@@ -363,7 +370,10 @@ class WeightLoader {
     Linear lin;
     if (opts_.fp32_reference) {
       // AutoAWQ's dequantisation: one rounding of (q - z) * s to fp16 (docs/formats.md 1.3).
-      std::vector<float> w(n * k);
+      std::vector<float> w;
+      if (auto st = edgellm::detail::try_resize(w, n * k, kWhere, prefix + " (dequantised fp32)");
+          !st)
+        return st.error();
       for (std::size_t r = 0; r < n; ++r)
         for (std::size_t c = 0; c < k; ++c)
           w[r * k + c] = kernels::f16_to_f32(kernels::f32_to_f16(u->weight(r, c)));
@@ -507,8 +517,8 @@ inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const
 /// Memory: converted tensors' mapped pages are released as loading goes (see LoadOptions), so
 /// peak resident memory is about the converted weights plus one tensor plus the as-stored
 /// embedding / lm_head pages that get touched.
-inline result<std::shared_ptr<const TransformerWeights>> load_weights(
-    const std::string& dir, const LoadOptions& options = {}) {
+inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
+    const std::string& dir, const LoadOptions& options) {
   constexpr std::string_view where = detail::WeightLoader::kWhere;
   auto cfg = load_model_config(dir);
   if (!cfg) return cfg.error();
@@ -608,7 +618,11 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
     w->norm = std::move(*n);
   }
 
-  w->layers.resize(c.num_hidden_layers);  // never resized again: the pointers below stay valid
+  // Never resized again: the pointers below stay valid. Sized by config.json's num_hidden_layers.
+  if (auto st = edgellm::detail::try_resize(w->layers, c.num_hidden_layers, where,
+                                            dir + ": layers (num_hidden_layers)");
+      !st)
+    return st.error();
   // Every int4 matrix with its cache name (the tensor prefix), for writing the packed cache.
   std::vector<std::pair<std::string, const kernels::Q4Matrix*>> int4;
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -715,6 +729,14 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   }
   w->checkpoint.emplace(std::move(*ckpt));
   return std::shared_ptr<const TransformerWeights>(std::move(w));
+}
+
+/// The loader above, as applications call it: with the last-resort guard that turns an exception
+/// escaping it (an allocation the loader does not check itself) into an error, never an abort.
+inline result<std::shared_ptr<const TransformerWeights>> load_weights(
+    const std::string& dir, const LoadOptions& options = {}) {
+  return edgellm::detail::guard_exceptions(
+      detail::WeightLoader::kWhere, [&] { return load_weights_unguarded(dir, options); });
 }
 
 }  // namespace edgellm::model
