@@ -130,10 +130,14 @@ class Cpu {
     b.mo_.path = options.path;
     b.mo_.isa = options.isa;
     b.mo_.workspace = b.workspace_.get();
-    const std::size_t half = shape.head_dim / 2;
-    b.cos_.resize(shape.max_batch * half);
-    b.sin_.resize(shape.max_batch * half);
+    b.cos_.resize(rope_table_floats(shape) / 2);
+    b.sin_.resize(rope_table_floats(shape) / 2);
     return b;
+  }
+
+  /// Floats of the RoPE tables (cos and sin, [max_batch][head_dim / 2] each) create() sizes.
+  static std::size_t rope_table_floats(const ModelShape& shape) noexcept {
+    return 2 * shape.max_batch * (shape.head_dim / 2);
   }
 
   Cpu(Cpu&&) noexcept = default;

@@ -426,7 +426,11 @@ class WeightLoader {
   std::size_t packed_misses_ = 0;
 };
 
-/// The largest kernel group size (128, 64, 32) dividing every width in `ks`, or 0.
+}  // namespace detail
+
+/// The largest int4 kernel group size (128, 64, 32) dividing every width in `ks`, or 0: the RTN
+/// group of an unquantised checkpoint ({hidden, intermediate, heads * head_dim}) and the int4
+/// lm_head's ({hidden}).
 inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks) noexcept {
   for (std::size_t g : {std::size_t{128}, std::size_t{64}, std::size_t{32}}) {
     bool ok = true;
@@ -435,8 +439,6 @@ inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks)
   }
   return 0;
 }
-
-}  // namespace detail
 
 /// Loads the decoder in checkpoint directory `dir`: config.json (see load_model_config; model
 /// types llama, qwen2, mistral), then every tensor, each checked for presence, dtype and shape
@@ -482,7 +484,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   // RTN group size for linears that are quantised at load (unquantised checkpoints).
   if (!c.awq && !options.fp32_reference) {
     if (options.rtn_group_size == 0) {
-      w->rtn_group_size = detail::largest_group_dividing({H, I, q_dim});
+      w->rtn_group_size = largest_group_dividing({H, I, q_dim});
       if (w->rtn_group_size == 0) {
         return make_error(errc::unsupported, where,
                           dir + ": no int4 group size (128, 64, 32) divides hidden_size " +
@@ -590,7 +592,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
       c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   const std::string head_why = "[vocab_size, hidden_size]";
   if (options.lm_head == LmHeadFormat::q4 && !options.fp32_reference) {
-    const std::size_t g = detail::largest_group_dividing({H});
+    const std::size_t g = largest_group_dividing({H});
     if (g == 0) {
       return make_error(errc::unsupported, where,
                         dir + ": lm_head: no int4 group size (128, 64, 32) divides hidden_size " +
