@@ -139,14 +139,14 @@ result<Measured> measure(const std::string& dir, const EngineOptions& eo, const 
 
 void add_weights(std::string& o, const char* key, const WeightsPlan& w) {
   o += fmt::format("\"{}\":{{\"dir\":", key);
-  io::append_escaped(o, w.dir);
+  io::json::append_escaped(o, w.dir);
   o += fmt::format(
       ",\"lm_head\":\"{}\",\"int4_source\":\"{}\",\"mapped_bytes\":{},\"owned_bytes\":{},"
       "\"mapped_resident_bytes\":{},\"resident_bytes\":{},\"load_peak_bytes\":{},"
       "\"load_peak_tensor\":",
       w.lm_head, w.int4_source, w.files_bytes, w.owned_bytes, w.mapped_resident_bytes,
       w.resident_bytes(), w.load_peak_bytes);
-  io::append_escaped(o, w.load_peak_tensor);
+  io::json::append_escaped(o, w.load_peak_tensor);
   o += "}";
 }
 
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
     return decision.fits ? 0 : 1;
   }
   std::string o = "{\"model\":";
-  io::append_escaped(o, dir);
+  io::json::append_escaped(o, dir);
   o += fmt::format(
       ",\"context_size\":{},\"kv_type\":\"{}\",\"max_batch\":{},\"threads\":{},\"sessions\":{},",
       s.context_size, cache::kv_type_name(so.kv_type), so.max_batch, po.threads, sessions);
@@ -293,12 +293,12 @@ int main(int argc, char** argv) {
     add_weights(o, "draft", p.draft);
   }
   o += fmt::format(
-      ",\"tokenizer_bytes\":{},\"tokenizer_load_peak_bytes\":{},"
+      ",\"tokenizer_bytes\":{},\"tokenizer_load_peak_bytes\":{},\"embedding_touched_bytes\":{},"
       "\"session\":{{\"kv_cache_bytes\":{},\"activation_bytes\":{},\"workspace_bytes\":{},"
       "\"attention_scratch_bytes\":{},\"logits_bytes\":{},\"model_bytes\":{},\"scratch_bytes\":{},"
       "\"total_bytes\":{}}},"
       "\"engine_bytes\":{},\"engine_peak_bytes\":{},\"steady_bytes\":{},\"peak_bytes\":{}",
-      p.tokenizer_bytes, p.tokenizer_load_peak_bytes, s.kv_cache_bytes, s.activation_bytes,
+      p.tokenizer_bytes, p.tokenizer_load_peak_bytes, p.embedding_touched_bytes, s.kv_cache_bytes, s.activation_bytes,
       s.workspace_bytes, s.attention_scratch_bytes, s.logits_bytes, s.model_bytes,
       s.scratch_bytes(), s.total_bytes(), p.engine_bytes(), p.engine_peak_bytes(),
       p.steady_bytes(), p.peak_bytes());
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
     o += fmt::format(",\"budget\":{{\"bytes\":{},\"fits\":{},\"context_size\":{},\"shrunk\":{},"
                      "\"message\":",
                      decision.budget_bytes, decision.fits, decision.context_size, decision.shrunk);
-    io::append_escaped(o, decision.message);
+    io::json::append_escaped(o, decision.message);
     o += "}";
   }
   if (measured) {

@@ -146,6 +146,8 @@ struct WeightsPlan {
   /// converted (its source pages, the unpacked codes, the new packed copy).
   std::uint64_t load_peak_bytes = 0;
   std::string load_peak_tensor;  ///< the tensor at that moment
+  std::uint64_t embedding_bytes = 0;   ///< the stored embedding [vocab][hidden]
+  bool embedding_resident = false;     ///< already counted resident (tied lm_head, a copy)
   std::uint64_t resident_bytes() const noexcept { return owned_bytes + mapped_resident_bytes; }
 };
 
@@ -175,6 +177,9 @@ struct MemoryPlan {
   /// and its parsed form, on top of the loaded weights).
   std::uint64_t tokenizer_bytes = 0;
   std::uint64_t tokenizer_load_peak_bytes = 0;
+  /// Pages of a mapped embedding that the sessions' tokens touch at most (each distinct token
+  /// reads its row); 0 when the embedding is resident anyway (tied to an as-stored lm_head).
+  std::uint64_t embedding_touched_bytes = 0;
   SessionPlan session;  ///< one session (its draft Transformer included)
   /// Engine::load: weights (and tokenizer) resident afterwards, and its peak.
   std::uint64_t engine_bytes() const noexcept {
@@ -188,7 +193,7 @@ struct MemoryPlan {
   }
   /// Everything resident while every session runs with a full context.
   std::uint64_t steady_bytes() const noexcept {
-    return engine_bytes() + options.sessions * session.total_bytes();
+    return engine_bytes() + embedding_touched_bytes + options.sessions * session.total_bytes();
   }
   /// The most resident memory at any moment: loading, or the sessions at full context.
   std::uint64_t peak_bytes() const noexcept { return std::max(engine_peak_bytes(), steady_bytes()); }
@@ -198,10 +203,10 @@ namespace plan_detail {
 
 /// Bytes per byte of tokenizer.json for the loaded tokenizer and for its load: the text is read
 /// whole (1x) and parsed into vocabulary and merge tables whose strings, hash nodes and vectors
-/// take about 3x the text (measured with mallinfo2 on the test tokenizers, tests/plan_test.cpp,
+/// take about 4x the text (measured with mallinfo2 on the test tokenizers, tests/plan_test.cpp,
 /// which checks the estimate).
-inline constexpr std::uint64_t kTokenizerPerFileByte = 3;
-inline constexpr std::uint64_t kTokenizerLoadPerFileByte = 4;
+inline constexpr std::uint64_t kTokenizerPerFileByte = 5;
+inline constexpr std::uint64_t kTokenizerLoadPerFileByte = 6;
 
 // Walks the tensors in load_weights()'s order, keeping the resident total and its peak.
 struct LoadWalk {
@@ -304,6 +309,8 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
     auto e = tensor("model.embed_tokens.weight");
     if (!e) return e.error();
     view(*e, false);
+    w.embedding_bytes = e->bytes.size();
+    w.embedding_resident = !e->is_aligned();
   }
   owned(H * sizeof(float));  // model.norm.weight
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -372,10 +379,14 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
                             std::to_string(H));
     }
   }
+  // A tied as-stored lm_head, or a tied q4 one (its source pages are kept), is the embedding.
+  const bool head_copy = head_group == 0 && load.packed_cache_copy && !load.packed_cache.empty() && !ref;
+  if (c.tie_word_embeddings)
+    w.embedding_resident = w.embedding_resident || (head_group == 0 ? !head_copy : !packed);
   if (head_group != 0) {
     w.lm_head = "q4";
     int4("lm_head", head->bytes.size(), V, H, head_group, c.tie_word_embeddings);
-  } else if (load.packed_cache_copy && !load.packed_cache.empty() && !ref) {
+  } else if (head_copy) {
     walk.step(2 * head->bytes.size(), head_name);  // the copy while its source is resident
     owned(head->bytes.size());
   } else {
@@ -449,6 +460,20 @@ inline SessionPlan plan_session(const WeightsPlan& w, const WeightsPlan* draft,
   return s;
 }
 
+/// Bytes of embedding pages that p's sessions may touch: one row per token held, each row
+/// over row_bytes / page + 1 pages at most, up to the whole embedding (draft's included).
+inline std::uint64_t embedding_touched(const MemoryPlan& p) {
+  const std::uint64_t page = io::page_size();
+  const auto one = [&](const WeightsPlan& w) -> std::uint64_t {
+    if (w.embedding_resident || w.config.vocab_size == 0) return 0;
+    const std::uint64_t row = w.embedding_bytes / w.config.vocab_size;
+    const std::uint64_t rows =
+        std::min<std::uint64_t>(w.config.vocab_size, p.options.sessions * p.session.context_size);
+    return std::min(w.embedding_bytes, rows * (row / page + 1) * page);
+  };
+  return one(p.weights) + (p.has_draft ? one(p.draft) : 0);
+}
+
 /// The plan for `dir` with `o`: weights (plan_weights), a draft's, the tokenizer (from the size
 /// of tokenizer.json), and o.sessions sessions (plan_session). Nothing large is allocated and
 /// no weight is read. Errors: plan_weights's, a missing tokenizer.json when it is to be loaded,
@@ -482,6 +507,7 @@ inline result<MemoryPlan> plan_memory(const std::string& dir, const PlanOptions&
     p.tokenizer_load_peak_bytes = size * plan_detail::kTokenizerLoadPerFileByte;
   }
   p.session = plan_session(p.weights, p.has_draft ? &p.draft : nullptr, o);
+  p.embedding_touched_bytes = embedding_touched(p);
   return p;
 }
 
@@ -535,6 +561,7 @@ inline std::size_t largest_context_within(const MemoryPlan& p, std::uint64_t bud
   return largest_context_where(p.session.context_size, [&](std::size_t ctx) {
     q.options.context_size = ctx;
     q.session = plan_session(q.weights, q.has_draft ? &q.draft : nullptr, q.options);
+    q.embedding_touched_bytes = embedding_touched(q);
     return q.peak_bytes() <= budget;
   });
 }
