@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   BudgetDecision decision;
+  decision.context_size = plan->session.context_size;
   if (budget) {
     auto bytes = resolve_budget(*budget);
     if (!bytes) {

@@ -31,6 +31,9 @@
 #include <utility>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
 #include <unistd.h>
@@ -621,6 +624,12 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights(
   }
 
   w->released_source_bytes = ld.released();
+#if defined(__GLIBC__)
+  // The conversions' freed buffers (unpacked codes, tens of MB) may sit in glibc's heap below
+  // live allocations, resident although free; hand their pages back so the loaded model's
+  // resident memory is what it holds (the memory plan, plan.hpp, counts no allocator slack).
+  (void)::malloc_trim(0);
+#endif
   if (!packed_path.empty()) {
     if (packed && ld.packed_misses() == 0) {
       w->packed_cache_note = std::string(options.packed_cache_copy ? "int4 weights copied from "
