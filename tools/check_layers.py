@@ -25,7 +25,7 @@ LAYERS = [
     ("backend/",),
     ("model/",),
     ("decode/",),
-    ("session/", "session.hpp"),
+    ("session/", "session.hpp", "plan.hpp"),
     ("edgellm.hpp", "kernels.hpp", "model.hpp", "decode.hpp"),  # umbrellas
 ]
 

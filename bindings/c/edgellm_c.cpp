@@ -135,14 +135,23 @@ edgellm_status guarded(std::string_view where, Body&& body) noexcept {
 
 // ---- the memory plan -------------------------------------------------------------------------
 
-// INTEGRATOR: the single place the memory plan (edgellm::plan_memory, edgellm/plan.hpp) plugs in:
-// fill *out from it (or return its error through fail()). edgellm_plan() returns *out;
-// edgellm_model_load() with memory_budget_bytes != 0 already refuses with
-// EDGELLM_ERR_OUT_OF_MEMORY when out->peak_bytes exceeds the budget.
-edgellm_status make_memory_plan(const char* /*model_dir*/, const edgellm_model_options& /*mo*/,
-                                const edgellm_session_options& /*so*/, edgellm_memory_plan* out) {
+// The memory plan (edgellm::plan_memory, edgellm/plan.hpp) in the C struct: edgellm_plan()
+// returns it, and edgellm_model_load() with memory_budget_bytes != 0 refuses with
+// EDGELLM_ERR_OUT_OF_MEMORY when its peak exceeds the budget.
+edgellm_status make_memory_plan(const char* model_dir, const edgellm::EngineOptions& eo,
+                                const edgellm::SessionOptions& so, edgellm_memory_plan* out) {
   *out = edgellm_memory_plan{};
-  return fail(EDGELLM_ERR_UNSUPPORTED, "memory plan: not built in yet");
+  auto plan = edgellm::plan_memory(model_dir, eo, so);
+  if (!plan) return fail(plan.error());
+  out->weights_mapped_bytes = plan->weights.files_bytes + (plan->has_draft ? plan->draft.files_bytes : 0);
+  out->weights_resident_bytes =
+      plan->weights.resident_bytes() + (plan->has_draft ? plan->draft.resident_bytes() : 0);
+  out->kv_cache_bytes = plan->session.kv_cache_bytes;
+  out->scratch_bytes = plan->session.scratch_bytes();
+  out->load_peak_bytes = plan->engine_peak_bytes();
+  out->peak_bytes = plan->peak_bytes();
+  out->context_size = static_cast<uint32_t>(plan->session.context_size);
+  return EDGELLM_OK;
 }
 
 // ---- options ----------------------------------------------------------------------------------
@@ -375,10 +384,13 @@ extern "C" edgellm_status edgellm_model_load(const char* model_dir,
     edgellm::EngineOptions eo;
     if (auto st = to_engine_options(where, "options", o, eo); st != EDGELLM_OK) return st;
     if (o.memory_budget_bytes != 0) {
-      edgellm_memory_plan plan;
-      if (auto st = make_memory_plan(model_dir, o, edgellm_session_options_default(), &plan);
+      edgellm::SessionOptions so;
+      if (auto st = to_session_options(where, "the default session options",
+                                       edgellm_session_options_default(), so);
           st != EDGELLM_OK)
         return st;
+      edgellm_memory_plan plan;
+      if (auto st = make_memory_plan(model_dir, eo, so, &plan); st != EDGELLM_OK) return st;
       if (plan.peak_bytes > o.memory_budget_bytes) {
         return fail(EDGELLM_ERR_OUT_OF_MEMORY, where,
                     "options->memory_budget_bytes: " + std::to_string(o.memory_budget_bytes) +
@@ -692,6 +704,6 @@ extern "C" edgellm_status edgellm_plan(const char* model_dir,
     if (auto st = to_engine_options(where, "model_options", mo, eo); st != EDGELLM_OK) return st;
     edgellm::SessionOptions sso;
     if (auto st = to_session_options(where, "session_options", so, sso); st != EDGELLM_OK) return st;
-    return make_memory_plan(model_dir, mo, so, out_plan);
+    return make_memory_plan(model_dir, eo, sso, out_plan);
   });
 }

@@ -12,6 +12,7 @@
 #include "edgellm/io/checkpoint.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
+#include "edgellm/io/meminfo.hpp"
 #include "edgellm/io/safetensors.hpp"
 
 #include "edgellm/kernels.hpp"
@@ -43,4 +44,5 @@
 #include "edgellm/decode/speculative.hpp"
 #include "edgellm/decode/speculative_cost.hpp"
 
+#include "edgellm/plan.hpp"
 #include "edgellm/session.hpp"

@@ -33,6 +33,7 @@
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"
+#include "edgellm/plan.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -70,6 +71,10 @@ struct EngineOptions {
   /// > 1: the Engine owns a ThreadPool of this many threads (the caller's included) that
   /// Sessions without SessionOptions::pool use. 1: no pool.
   std::size_t threads = 1;
+  /// Memory budget of the load (plan.hpp): when set, load() plans the weights and the tokenizer
+  /// first (config.json and the safetensors headers only) and refuses, before allocating
+  /// anything large, when their resident bytes or the peak while loading exceed it.
+  MemoryBudget memory_budget{};
 
   /// The options for a draft model that proposes tokens for a target loaded with `target`: the
   /// lm_head in int4 (a draft only proposes, the target decides every token, so this costs no
@@ -110,6 +115,26 @@ class Engine {
                           "'" + dir + "' is not a directory (a Hugging Face checkpoint directory)");
       }
       const auto t0 = std::chrono::steady_clock::now();
+      if (options.memory_budget.enabled()) {
+        auto budget = resolve_budget(options.memory_budget);
+        if (!budget) return budget.error();
+        PlanOptions po;
+        po.load = options.load;
+        po.lm_head_fallback = options.lm_head_fallback;
+        po.load_tokenizer = options.load_tokenizer;
+        auto plan = plan_memory(dir, po);
+        if (!plan) return plan.error();
+        if (plan->engine_peak_bytes() > *budget) {
+          return make_error(errc::out_of_memory, where,
+                            dir + ": loading needs " + mib(plan->engine_peak_bytes()) +
+                                " (weights " + mib(plan->weights.resident_bytes()) +
+                                (plan->tokenizer_bytes ? ", tokenizer " + mib(plan->tokenizer_bytes)
+                                                       : std::string()) +
+                                ", peak while loading " + mib(plan->weights.load_peak_bytes) +
+                                " at " + plan->weights.load_peak_tensor + "), budget " +
+                                mib(*budget));
+        }
+      }
       std::shared_ptr<Engine> e(new Engine());
       e->dir_ = dir;
       e->options_ = options;
@@ -202,6 +227,12 @@ struct SessionOptions {
   bool prompt_lookup = false;
   /// Draft length and adaptive mode, with `draft` or `prompt_lookup`.
   decode::SpeculativeOptions speculative{};
+  /// Memory budget of this session (plan.hpp): its KV cache for the whole context and its
+  /// scratch (a draft model's included), the Engine's weights excluded. When set, create()
+  /// refuses before allocating when the plan exceeds it, or with shrink_context_to_fit takes
+  /// the largest context that fits (Session::memory_note() says so).
+  MemoryBudget memory_budget{};
+  bool shrink_context_to_fit = false;
 };
 
 /// What one Session::generate() call does besides the prompt.
@@ -395,6 +426,9 @@ class Session {
     return std::visit([](const auto& core) { return core->target.bytes(); }, core_);
   }
   const SessionStats& stats() const noexcept { return totals_; }
+  /// What the memory budget did (e.g. "context shrunk from 4096 to 1500 tokens ..."); empty
+  /// when it changed nothing.
+  const std::string& memory_note() const noexcept { return memory_note_; }
   /// Counters of the speculative decoder since creation or reset(); null without one.
   const decode::SpeculativeStats* speculative_stats() const noexcept {
     return std::visit([](const auto& core) { return core->speculative_stats(); }, core_);
@@ -505,6 +539,56 @@ class Session {
     return to;
   }
 
+  // The plan of this session's memory (plan_session) over the Engine's weights.
+  SessionPlan session_plan(std::size_t context_size) const {
+    const auto weights_plan = [](const Engine& e) {
+      WeightsPlan w;
+      w.dir = e.dir();
+      w.config = e.config();
+      w.lm_head = e.weights()->lm_head.quantized() ? "q4" : "as_stored";
+      return w;
+    };
+    PlanOptions po;
+    po.load = engine_->weights()->options;
+    po.kv_type = options_.kv_type;
+    po.context_size = context_size;
+    po.max_batch = options_.max_batch;
+    ThreadPool* pool = options_.pool != nullptr ? options_.pool : engine_->pool();
+    po.threads = pool != nullptr ? pool->size() : 1;
+    po.prompt_lookup = options_.prompt_lookup;
+    po.draft_tokens = options_.speculative.adaptive ? options_.speculative.k_max
+                                                    : options_.speculative.k;
+    const WeightsPlan target = weights_plan(*engine_);
+    if (!options_.draft) return plan_session(target, nullptr, po);
+    const WeightsPlan draft = weights_plan(*options_.draft);
+    return plan_session(target, &draft, po);
+  }
+
+  // Holds the session to options_.memory_budget: refuses, or shrinks options_.context_size.
+  status fit_budget() {
+    constexpr std::string_view where = "Session::create";
+    auto budget = resolve_budget(options_.memory_budget);
+    if (!budget) return budget.error();
+    const std::size_t asked = transformer_options().context_size;
+    const SessionPlan p = session_plan(asked);
+    if (p.total_bytes() <= *budget) return {};
+    if (options_.shrink_context_to_fit) {
+      const std::size_t ctx = largest_context_where(
+          asked, [&](std::size_t c) { return session_plan(c).total_bytes() <= *budget; });
+      if (ctx > 0) {
+        options_.context_size = ctx;
+        memory_note_ = "context shrunk from " + std::to_string(asked) + " to " +
+                       std::to_string(ctx) + " tokens to fit the budget of " + mib(*budget);
+        return {};
+      }
+    }
+    return make_error(errc::out_of_memory, where,
+                      "needs " + mib(p.total_bytes()) + " (KV " + mib(p.kv_cache_bytes) + " for " +
+                          std::to_string(asked) + " tokens " +
+                          cache::kv_type_name(options_.kv_type) + ", scratch " +
+                          mib(p.scratch_bytes()) + "), budget " + mib(*budget));
+  }
+
   static error no_tokenizer() {
     return make_error(errc::invalid_argument, "Session::generate",
                       "the engine was loaded without a tokenizer (EngineOptions::load_tokenizer)");
@@ -516,7 +600,39 @@ class Session {
   Cores core_;
   std::vector<std::int32_t> last_prompt_;  // the latest generate() call's prompt
   SessionStats totals_;
+  std::string memory_note_;
 };
+
+/// The PlanOptions of Engine::load(dir, eo) followed by `sessions` Session::create(engine, so)
+/// (so.pool's size, else eo.threads, sets the attention scratch; a draft engine is planned with
+/// EngineOptions::draft_of(eo) from its directory).
+inline PlanOptions plan_options(const EngineOptions& eo, const SessionOptions& so,
+                                std::size_t sessions = 1) {
+  PlanOptions po;
+  po.load = eo.load;
+  po.lm_head_fallback = eo.lm_head_fallback;
+  po.load_tokenizer = eo.load_tokenizer;
+  po.threads = so.pool != nullptr ? so.pool->size() : std::max<std::size_t>(eo.threads, 1);
+  po.kv_type = so.kv_type;
+  po.context_size = so.context_size;
+  po.max_batch = so.max_batch;
+  po.sessions = sessions;
+  if (so.draft) {
+    po.draft_dir = so.draft->dir();
+    po.draft_load = so.draft->options().load;
+  }
+  po.prompt_lookup = so.prompt_lookup;
+  po.draft_tokens = so.speculative.adaptive ? so.speculative.k_max : so.speculative.k;
+  return po;
+}
+
+/// Will Engine::load(dir, eo) and `sessions` Session::create(engine, so) fit? The plan
+/// (plan.hpp) from config.json and the safetensors headers, before anything is loaded.
+inline result<MemoryPlan> plan_memory(const std::string& dir, const EngineOptions& eo,
+                                      const SessionOptions& so, std::size_t sessions = 1) {
+  return plan_memory(dir, plan_options(eo, so, sessions));
+}
+
 
 inline result<Session> Session::create(std::shared_ptr<const Engine> engine,
                                        const SessionOptions& options) {
@@ -530,6 +646,9 @@ inline result<Session> Session::create(std::shared_ptr<const Engine> engine,
     auto sampler = decode::Sampler::create(options.sampling);
     if (!sampler) return sampler.error();
     Session s(std::move(engine), options, std::move(*sampler));
+    if (options.memory_budget.enabled()) {
+      if (auto st = s.fit_budget(); !st) return st.error();
+    }
     const auto build = [&](auto tag) -> status {
       using Cache = typename decltype(tag)::type;
       auto core = Core<Cache>::create(*s.engine_, options, s.transformer_options());

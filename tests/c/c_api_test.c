@@ -528,11 +528,29 @@ static void test_plan(void) {
   so.kv_type = (edgellm_kv_type)-1;
   CHECK_STATUS(edgellm_plan(g_target, NULL, &so, &plan), EDGELLM_ERR_INVALID_ARGUMENT,
                "session_options->kv_type: -1");
-  /* Until the memory plan is built in: UNSUPPORTED (then: OK with plan.peak_bytes > 0). */
+  /* The plan of the default load and session, and a load held to a budget below it. */
+  CHECK_STATUS(edgellm_plan(g_target, NULL, NULL, &plan), EDGELLM_OK, NULL);
+  CHECK(plan.peak_bytes > 0 && plan.context_size > 0);
+  CHECK(plan.weights_mapped_bytes > 0 && plan.kv_cache_bytes > 0 && plan.scratch_bytes > 0);
+  CHECK(plan.peak_bytes >= plan.weights_resident_bytes + plan.kv_cache_bytes);
+  CHECK(plan.peak_bytes >= plan.load_peak_bytes);
   {
-    edgellm_status st = edgellm_plan(g_target, NULL, NULL, &plan);
-    CHECK(st == EDGELLM_OK || st == EDGELLM_ERR_UNSUPPORTED);
-    if (st == EDGELLM_OK) CHECK(plan.peak_bytes > 0 && plan.context_size > 0);
+    edgellm_model_options mo = edgellm_model_options_default();
+    edgellm_model* m = NULL;
+    const uint64_t peak = plan.peak_bytes;
+    /* A longer context costs more KV cache. */
+    so = edgellm_session_options_default();
+    so.context_size = plan.context_size / 2;
+    CHECK_STATUS(edgellm_plan(g_target, NULL, &so, &plan), EDGELLM_OK, NULL);
+    CHECK(plan.context_size == so.context_size && plan.peak_bytes < peak);
+    mo.memory_budget_bytes = peak - 1;
+    CHECK_STATUS(edgellm_model_load(g_target, &mo, &m), EDGELLM_ERR_OUT_OF_MEMORY,
+                 "memory_budget_bytes");
+    CHECK(m == NULL);
+    mo.memory_budget_bytes = peak;
+    CHECK_STATUS(edgellm_model_load(g_target, &mo, &m), EDGELLM_OK, NULL);
+    CHECK(m != NULL);
+    edgellm_model_free(m);
   }
 }
 

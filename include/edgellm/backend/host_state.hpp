@@ -50,6 +50,12 @@ class HostState {
 
   const ModelShape& shape() const noexcept { return shape_; }
 
+  /// Floats of the RoPE tables create() allocates (cos and sin, [max_batch][head_dim / 2] each):
+  /// the formula the memory plan (plan.hpp) uses.
+  static std::size_t rope_table_floats(const ModelShape& shape) noexcept {
+    return 2 * shape.max_batch * (shape.head_dim / 2);
+  }
+
   /// A new zeroed activation [max_batch][cols]; its memory stays put until the state dies.
   result<HostTensor> activation(std::size_t cols) {
     const std::size_t n = detail::saturating_bytes(shape_.max_batch, cols);

@@ -160,9 +160,25 @@ class DenseKVCache {
   }
   /// Bytes of key and value storage, scales included, allocated by create(): 2 * layers *
   /// kv_heads * slots * (head_dim * sizeof(element) [+ 4]), slots = capacity rounded up to 16.
-  std::size_t bytes() const noexcept {
-    const std::size_t scales = scaled ? 2 * layers_ * kv_heads_ * slots_ * sizeof(float) : 0;
-    return 2 * count_ * sizeof(element) + scales;
+  std::size_t bytes() const noexcept { return bytes_for(layers_, kv_heads_, head_dim_, capacity_); }
+  /// What bytes() will be for a cache create() makes with these arguments (memory plans).
+  static constexpr std::size_t bytes_for(std::size_t layers, std::size_t kv_heads,
+                                         std::size_t head_dim, std::size_t capacity) noexcept {
+    const std::size_t rows = layers * kv_heads * detail::round_up(capacity, detail::kTile);
+    return 2 * rows * (head_dim * sizeof(element) + (scaled ? sizeof(float) : 0));
+  }
+
+  /// The most bytes of attention scratch attend() grows to in a cache of `capacity` positions
+  /// run in chunks of up to `max_batch` queries over a pool of `threads` (memory plans): the
+  /// last chunk of a full context, or a decode step at its last position, whichever needs more.
+  static std::size_t attend_scratch_bytes(std::size_t heads, std::size_t kv_heads,
+                                          std::size_t head_dim, std::size_t capacity,
+                                          std::size_t max_batch, std::size_t threads) noexcept {
+    if (capacity == 0 || kv_heads == 0) return 0;
+    const std::size_t n_q = std::min(capacity, max_batch), t = std::max<std::size_t>(threads, 1);
+    return sizeof(float) *
+           std::max(detail::attend_scratch_floats(n_q, capacity - n_q, heads, kv_heads, head_dim, t),
+                    detail::attend_scratch_floats(1, capacity - 1, heads, kv_heads, head_dim, t));
   }
 
   /// Keeps positions [0, n) of every layer (a no-op for layers holding fewer), in O(layers).

@@ -63,6 +63,12 @@ inline constexpr std::size_t q4_tile_bytes(std::size_t group_size) noexcept {
   return 64 + group_size * 8;
 }
 
+/// Bytes of a packed int4 matrix [n][k] with `group_size` (Q4Matrix::byte_size; memory plans).
+inline constexpr std::size_t q4_matrix_bytes(std::size_t n, std::size_t k,
+                                             std::size_t group_size) noexcept {
+  return group_size ? (n + 15) / 16 * (k / group_size) * q4_tile_bytes(group_size) : 0;
+}
+
 /// An int4 weight matrix W[n][k] (nn.Linear orientation: n outputs, k inputs) in the packed
 /// tile layout. Tiles are stored row-tile major: tile (t, g) covers rows 16t..16t+15 and input
 /// channels g*G..g*G+G-1, at byte offset (t * n_groups + g) * tile_bytes, so one row tile's
@@ -125,7 +131,7 @@ class Q4Matrix {
   std::size_t n_groups() const noexcept { return group_size_ ? k_ / group_size_ : 0; }
   std::size_t n_tiles() const noexcept { return (n_ + 15) / 16; }  ///< 16-row tiles
   std::size_t tile_bytes() const noexcept { return q4_tile_bytes(group_size_); }
-  std::size_t byte_size() const noexcept { return n_tiles() * n_groups() * tile_bytes(); }
+  std::size_t byte_size() const noexcept { return q4_matrix_bytes(n_, k_, group_size_); }
   bool empty() const noexcept { return data_ == nullptr; }
   bool owns_data() const noexcept { return owned_ != nullptr; }
 

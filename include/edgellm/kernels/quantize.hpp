@@ -37,6 +37,12 @@ struct UnpackedQ4 {
     return static_cast<float>(static_cast<int>(q[r * k + c]) - static_cast<int>(zero[g])) *
            f16_to_f32(scale[g]);
   }
+  /// Bytes an UnpackedQ4 of [n][k] holds (one code byte per weight, a zero byte and an fp16
+  /// scale per group): the transient of an AWQ import or an RTN quantisation (memory plans).
+  static constexpr std::size_t bytes_for(std::size_t n, std::size_t k, std::size_t g) noexcept {
+    return n * k * sizeof(std::uint8_t) +
+           n * (g ? k / g : 0) * (sizeof(std::uint8_t) + sizeof(std::uint16_t));
+  }
 };
 
 /// Sizes w.q, w.zero and w.scale for w.n, w.k and w.group_size (zero-filled); an out_of_memory

@@ -18,14 +18,17 @@
 #include "edgellm/thread_pool.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -278,6 +281,16 @@ class Transformer {
   /// Bytes owned by this instance: KV cache plus the backend's buffers (not the shared weights).
   std::size_t bytes() const noexcept { return cache_.bytes() + backend_.bytes(); }
 
+  /// Widths of the activations of one chunk, each [max_batch][width] in backend memory, in the
+  /// order x, xn, tmp (hidden), q, attn (heads * head_dim), k, v (kv_heads * head_dim), gate, up
+  /// (intermediate). Memory plans size the scratch from it.
+  static std::array<std::size_t, 9> activation_columns(const ModelConfig& c) noexcept {
+    const std::size_t H = c.hidden_size, I = c.intermediate_size;
+    const std::size_t qd = c.num_attention_heads * c.head_dim;
+    const std::size_t kvd = c.num_key_value_heads * c.head_dim;
+    return {H, H, H, qd, qd, kvd, kvd, I, I};
+  }
+
  private:
   using Tensor = typename Backend::Tensor;
   using Matrix = typename Backend::Matrix;
@@ -298,19 +311,17 @@ class Transformer {
   status upload() {
     const TransformerWeights& w = *weights_;
     const ModelConfig& c = w.config;
-    const std::size_t H = c.hidden_size, I = c.intermediate_size;
-    const std::size_t qd = c.num_attention_heads * c.head_dim;
-    const std::size_t kvd = c.num_key_value_heads * c.head_dim;
     const auto tensor = [&](Tensor& out, std::size_t cols) -> status {
       auto t = backend_.activation(cols);
       if (!t) return t.error();
       out = std::move(*t);
       return {};
     };
-    for (auto [out, cols] : {std::pair{&x_, H}, std::pair{&xn_, H}, std::pair{&tmp_, H},
-                             std::pair{&q_, qd}, std::pair{&attn_, qd}, std::pair{&k_, kvd},
-                             std::pair{&v_, kvd}, std::pair{&gate_, I}, std::pair{&up_, I}})
-      if (auto st = tensor(*out, cols); !st) return st;
+    const auto cols = activation_columns(c);
+    Tensor* outs[] = {&x_, &xn_, &tmp_, &q_, &attn_, &k_, &v_, &gate_, &up_};
+    static_assert(std::size(outs) == std::tuple_size_v<decltype(cols)>);
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      if (auto st = tensor(*outs[i], cols[i]); !st) return st;
     const auto matrix = [&](Matrix& out, const Linear& lin) -> status {
       auto m = backend_.upload(lin);
       if (!m) return m.error();

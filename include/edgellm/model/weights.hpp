@@ -31,6 +31,9 @@
 #include <utility>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
 #include <unistd.h>
@@ -447,7 +450,11 @@ class WeightLoader {
   std::size_t packed_misses_ = 0;
 };
 
-/// The largest kernel group size (128, 64, 32) dividing every width in `ks`, or 0.
+}  // namespace detail
+
+/// The largest int4 kernel group size (128, 64, 32) dividing every width in `ks`, or 0: the RTN
+/// group of an unquantised checkpoint ({hidden, intermediate, heads * head_dim}) and the int4
+/// lm_head's ({hidden}).
 inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks) noexcept {
   for (std::size_t g : {std::size_t{128}, std::size_t{64}, std::size_t{32}}) {
     bool ok = true;
@@ -456,8 +463,6 @@ inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks)
   }
   return 0;
 }
-
-}  // namespace detail
 
 /// The tensors of `ckpt` that load_weights does not read for config `c`, sorted by name.
 /// Read: model.embed_tokens.weight, model.norm.weight, lm_head.weight (unless the embeddings are
@@ -543,7 +548,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   // RTN group size for linears that are quantised at load (unquantised checkpoints).
   if (!c.awq && !options.fp32_reference) {
     if (options.rtn_group_size == 0) {
-      w->rtn_group_size = detail::largest_group_dividing({H, I, q_dim});
+      w->rtn_group_size = largest_group_dividing({H, I, q_dim});
       if (w->rtn_group_size == 0) {
         return make_error(errc::unsupported, where,
                           dir + ": no int4 group size (128, 64, 32) divides hidden_size " +
@@ -667,7 +672,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
       c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   const std::string head_why = "[vocab_size, hidden_size]";
   if (options.lm_head == LmHeadFormat::q4 && !options.fp32_reference) {
-    const std::size_t g = detail::largest_group_dividing({H});
+    const std::size_t g = largest_group_dividing({H});
     if (g == 0) {
       return make_error(errc::unsupported, where,
                         dir + ": lm_head: no int4 group size (128, 64, 32) divides hidden_size " +
@@ -712,6 +717,12 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     }
   }
   w->released_source_bytes = ld.released();
+#if defined(__GLIBC__)
+  // The conversions' freed buffers (unpacked codes, tens of MB) may sit in glibc's heap below
+  // live allocations, resident although free; hand their pages back so the loaded model's
+  // resident memory is what it holds (the memory plan, plan.hpp, counts no allocator slack).
+  (void)::malloc_trim(0);
+#endif
   if (!packed_path.empty() && packed_writable) {
     if (packed && ld.packed_misses() == 0) {
       w->packed_cache_note = std::string(options.packed_cache_copy ? "int4 weights copied from "

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: Apache-2.0
+// edgellm-plan: the memory plan of loading a checkpoint and running sessions over it, before
+// anything is loaded (edgellm::plan_memory: config.json and the safetensors headers only), as
+// one JSON object, and the decision under a budget. --measure then loads it, fills the context
+// and reports the measured peak RSS beside the plan.
+#include "edgellm/plan.hpp"
+#include "edgellm/io/json_write.hpp"
+#include "edgellm/session.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+using namespace edgellm;
+
+constexpr const char* kUsage = R"(usage: edgellm-plan --model DIR [options]
+
+Prints the memory plan of Engine::load(DIR) and Session::create() with these options as one
+JSON object (bytes as integers): weights mapped and resident, the transient peak of loading,
+KV cache for the context and KV type, scratch, tokenizer, and the peak; with --budget, whether
+it fits. Nothing is loaded: config.json and the safetensors headers are read.
+
+  --model DIR            checkpoint directory (required)
+  --context N            tokens per session (default: min(model maximum, 4096))
+  --kv-type T            int8, f16 or f32 (default int8)
+  --threads N            threads of the pool (attention scratch is per thread; default 1)
+  --max-batch N          most tokens per forward chunk (default 64)
+  --sessions N           sessions over the one loaded model (default 1)
+  --lm-head F            q4 (int4 at load) or as_stored (default as_stored)
+  --packed-cache auto|FILE   int4 weights from a packed-weight cache (planned as valid if the
+                         file exists)
+  --packed-cache-copy    copy them into owned memory instead of mapping them
+  --no-release-source-pages  keep converted tensors' source pages mapped (LoadOptions)
+  --exact                the exact int4 path (no quantised-activation workspace)
+  --fp32-reference       dense fp32 weights
+  --no-tokenizer         weights only (as edgellm-bench loads them)
+  --draft DIR            a draft model for speculative decoding (-k N drafted tokens, default 5)
+  --budget B             BYTES, NN[KMG]iB, or NN% of MemAvailable (/proc/meminfo)
+  --shrink-context-to-fit  with --budget: the largest context that fits instead of a refusal
+  --meminfo FILE         read the available memory from FILE instead of /proc/meminfo
+  --measure              then load, create the sessions, fill every context and add the
+                         measured bytes (VmRSS before loading, VmHWM after) to the output
+  --format json|text     one JSON object (default) or one line of text
+  -h, --help             this text
+
+Exit status: 0 fits (or no budget), 1 a runtime error or a plan over the budget (a refusal),
+2 bad arguments.
+)";
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "edgellm-plan: %s\n(--help for usage)\n", msg.c_str());
+  return 2;
+}
+
+template <class T>
+bool parse_number(std::string_view s, T& out) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+// "VmHWM" / "VmRSS" of this process in bytes (0 when /proc is unavailable).
+std::uint64_t proc_status_bytes(std::string_view key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.compare(0, key.size(), key) == 0 && line.size() > key.size() && line[key.size()] == ':') {
+      std::uint64_t kb = 0;
+      std::string_view v(line);
+      v.remove_prefix(key.size() + 1);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), kb);
+      (void)p;
+      return ec == std::errc() ? kb * 1024 : 0;
+    }
+  }
+  return 0;
+}
+
+struct Measured {
+  std::uint64_t baseline_rss = 0, peak_rss = 0, load_peak_rss = 0;
+  std::uint64_t weights_owned = 0, session_bytes = 0;
+  std::size_t context = 0;
+};
+
+// Loads, creates the sessions and fills each context with synthetic tokens (chunks of
+// max_batch; one row of logits), as the plan assumes.
+result<Measured> measure(const std::string& dir, const EngineOptions& eo, const SessionOptions& so,
+                         std::size_t sessions) {
+  Measured m;
+  m.baseline_rss = proc_status_bytes("VmRSS");
+  auto engine = Engine::load(dir, eo);
+  if (!engine) return engine.error();
+  m.load_peak_rss = proc_status_bytes("VmHWM");
+  m.weights_owned = (*engine)->weights()->owned_bytes();
+  const std::size_t V = (*engine)->config().vocab_size;
+  // A Transformer per session as Session::create builds it, driven with token ids (no
+  // tokenizer needed), plus the logits row the decoder keeps.
+  const auto fill = [&](auto tag) -> status {
+    using Cache = typename decltype(tag)::type;
+    std::vector<model::Transformer<Cache>> models;
+    std::vector<std::vector<float>> logits;
+    for (std::size_t s = 0; s < sessions; ++s) {
+      model::TransformerOptions to;
+      to.context_size = so.context_size;
+      if (to.context_size == 0) {
+        const model::ModelConfig& c = (*engine)->config();
+        to.context_size = std::min<std::size_t>(c.max_position_embeddings, 4096);
+        if (c.sliding_window) to.context_size = std::min(to.context_size, *c.sliding_window);
+      }
+      to.max_batch = so.max_batch;
+      to.pool = so.pool != nullptr ? so.pool : (*engine)->pool();
+      auto t = model::Transformer<Cache>::create((*engine)->weights(), to);
+      if (!t) return t.error();
+      std::vector<std::int32_t> ids(t->context_size());
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+      logits.emplace_back(V);
+      if (auto st = t->forward(ids, decode::LogitsMode::last, logits.back()); !st) return st;
+      m.session_bytes = t->bytes();
+      m.context = t->context_size();
+      models.push_back(std::move(*t));
+    }
+    m.peak_rss = proc_status_bytes("VmHWM");
+    return {};
+  };
+  if (auto st = cache::with_kv_type(so.kv_type, fill); !st) return st.error();
+  return m;
+}
+
+void add_weights(std::string& o, const char* key, const WeightsPlan& w) {
+  o += fmt::format("\"{}\":{{\"dir\":", key);
+  io::json::append_escaped(o, w.dir);
+  o += fmt::format(
+      ",\"lm_head\":\"{}\",\"int4_source\":\"{}\",\"mapped_bytes\":{},\"owned_bytes\":{},"
+      "\"mapped_resident_bytes\":{},\"resident_bytes\":{},\"load_peak_bytes\":{},"
+      "\"load_peak_tensor\":",
+      w.lm_head, w.int4_source, w.files_bytes, w.owned_bytes, w.mapped_resident_bytes,
+      w.resident_bytes(), w.load_peak_bytes);
+  io::json::append_escaped(o, w.load_peak_tensor);
+  o += "}";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir, draft, format = "json", meminfo = "/proc/meminfo";
+  EngineOptions eo;
+  SessionOptions so;
+  std::size_t sessions = 1, k = 5;
+  bool shrink = false, do_measure = false, exact = false;
+  std::optional<MemoryBudget> budget;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const auto value = [&](std::string_view& v) {
+      if (i + 1 >= argc) return false;
+      v = argv[++i];
+      return true;
+    };
+    std::string_view v;
+    const auto num = [&](std::size_t& out, std::size_t lo, std::size_t hi) {
+      if (!value(v)) return usage_error(std::string(arg) + ": missing N");
+      if (!parse_number(v, out) || out < lo || out > hi)
+        return usage_error(fmt::format("{}: '{}' is not a number in [{}, {}]", arg, v, lo, hi));
+      return 0;
+    };
+    int rc = 0;
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--model" || arg == "--draft" || arg == "--format" || arg == "--meminfo" ||
+               arg == "--packed-cache") {
+      if (!value(v)) return usage_error(std::string(arg) + ": missing a value");
+      (arg == "--model"     ? dir
+       : arg == "--draft"   ? draft
+       : arg == "--format"  ? format
+       : arg == "--meminfo" ? meminfo
+                            : eo.load.packed_cache) = std::string(v);
+    } else if (arg == "--context") {
+      rc = num(so.context_size, 1, std::size_t{1} << 24);
+    } else if (arg == "--threads") {
+      rc = num(eo.threads, 1, 1024);
+    } else if (arg == "--max-batch") {
+      rc = num(so.max_batch, 1, 65536);
+    } else if (arg == "--sessions") {
+      rc = num(sessions, 1, 1024);
+    } else if (arg == "-k") {
+      rc = num(k, 1, 32);
+    } else if (arg == "--kv-type" || arg == "--kv") {
+      if (!value(v)) return usage_error(std::string(arg) + ": missing int8|f16|f32");
+      auto t = cache::parse_kv_type(v);
+      if (!t) return usage_error(std::string(arg) + ": " + t.error().message);
+      so.kv_type = *t;
+    } else if (arg == "--lm-head") {
+      if (!value(v) || (v != "q4" && v != "as_stored"))
+        return usage_error("--lm-head: expected q4 or as_stored");
+      eo.load.lm_head = v == "q4" ? model::LmHeadFormat::q4 : model::LmHeadFormat::as_stored;
+    } else if (arg == "--budget") {
+      if (!value(v)) return usage_error("--budget: missing BYTES or NN%");
+      auto b = parse_budget(v);
+      if (!b) return usage_error(b.error().message);
+      budget = *b;
+    } else if (arg == "--packed-cache-copy") {
+      eo.load.packed_cache_copy = true;
+    } else if (arg == "--no-release-source-pages") {
+      eo.load.release_source_pages = false;
+    } else if (arg == "--exact") {
+      exact = true;
+    } else if (arg == "--fp32-reference") {
+      eo.load.fp32_reference = true;
+    } else if (arg == "--no-tokenizer") {
+      eo.load_tokenizer = false;
+    } else if (arg == "--shrink-context-to-fit") {
+      shrink = true;
+    } else if (arg == "--measure") {
+      do_measure = true;
+    } else {
+      return usage_error(fmt::format("unknown option '{}'", arg));
+    }
+    if (rc != 0) return rc;
+  }
+  if (dir.empty()) return usage_error("no model: pass --model DIR");
+  if (format != "json" && format != "text") return usage_error("--format: expected json or text");
+  if (shrink && !budget) return usage_error("--shrink-context-to-fit needs --budget");
+  if (budget) budget->meminfo_path = meminfo;
+  if (exact && do_measure) return usage_error("--measure runs the fast path; drop --exact");
+  so.speculative.k = k;
+
+  PlanOptions po = plan_options(eo, so, sessions);
+  po.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
+  if (!draft.empty()) {
+    po.draft_dir = draft;
+    po.draft_load = EngineOptions::draft_of(eo).load;
+  }
+  auto plan = plan_memory(dir, po);
+  if (!plan) {
+    std::fprintf(stderr, "edgellm-plan: %s\n", plan.error().message.c_str());
+    return 1;
+  }
+  BudgetDecision decision;
+  decision.context_size = plan->session.context_size;
+  if (budget) {
+    auto bytes = resolve_budget(*budget);
+    if (!bytes) {
+      std::fprintf(stderr, "edgellm-plan: %s\n", bytes.error().message.c_str());
+      return 1;
+    }
+    decision = decide_budget(*plan, *bytes, shrink);
+  }
+  std::optional<Measured> measured;
+  if (do_measure && decision.fits) {
+    SessionOptions mso = so;
+    mso.context_size = decision.context_size;
+    if (!draft.empty()) {
+      std::fprintf(stderr, "edgellm-plan: --measure does not load --draft; measuring without it\n");
+    }
+    auto m = measure(dir, eo, mso, sessions);
+    if (!m) {
+      std::fprintf(stderr, "edgellm-plan: %s\n", m.error().message.c_str());
+      return 1;
+    }
+    measured = *m;
+  }
+
+  const MemoryPlan& p = *plan;
+  const SessionPlan& s = p.session;
+  if (format == "text") {
+    std::printf("%s: %s\n", dir.c_str(), plan_summary(p).c_str());
+    if (budget) std::printf("%s\n", decision.fits ? (decision.shrunk ? decision.message.c_str() : "fits the budget") : decision.message.c_str());
+    if (measured) {
+      std::printf("measured: peak RSS %s (baseline %s before loading), session %s\n",
+                  mib(measured->peak_rss).c_str(), mib(measured->baseline_rss).c_str(),
+                  mib(measured->session_bytes).c_str());
+    }
+    return decision.fits ? 0 : 1;
+  }
+  std::string o = "{\"model\":";
+  io::json::append_escaped(o, dir);
+  o += fmt::format(
+      ",\"context_size\":{},\"kv_type\":\"{}\",\"max_batch\":{},\"threads\":{},\"sessions\":{},",
+      s.context_size, cache::kv_type_name(so.kv_type), so.max_batch, po.threads, sessions);
+  add_weights(o, "weights", p.weights);
+  if (p.has_draft) {
+    o += ",";
+    add_weights(o, "draft", p.draft);
+  }
+  o += fmt::format(
+      ",\"tokenizer_bytes\":{},\"tokenizer_load_peak_bytes\":{},\"embedding_touched_bytes\":{},"
+      "\"session\":{{\"kv_cache_bytes\":{},\"activation_bytes\":{},\"workspace_bytes\":{},"
+      "\"attention_scratch_bytes\":{},\"logits_bytes\":{},\"model_bytes\":{},\"scratch_bytes\":{},"
+      "\"total_bytes\":{}}},"
+      "\"engine_bytes\":{},\"engine_peak_bytes\":{},\"steady_bytes\":{},\"peak_bytes\":{}",
+      p.tokenizer_bytes, p.tokenizer_load_peak_bytes, p.embedding_touched_bytes, s.kv_cache_bytes, s.activation_bytes,
+      s.workspace_bytes, s.attention_scratch_bytes, s.logits_bytes, s.model_bytes,
+      s.scratch_bytes(), s.total_bytes(), p.engine_bytes(), p.engine_peak_bytes(),
+      p.steady_bytes(), p.peak_bytes());
+  if (budget) {
+    o += fmt::format(",\"budget\":{{\"bytes\":{},\"fits\":{},\"context_size\":{},\"shrunk\":{},"
+                     "\"message\":",
+                     decision.budget_bytes, decision.fits, decision.context_size, decision.shrunk);
+    io::json::append_escaped(o, decision.message);
+    o += "}";
+  }
+  if (measured) {
+    o += fmt::format(
+        ",\"measured\":{{\"context_size\":{},\"baseline_rss_bytes\":{},\"load_peak_rss_bytes\":{},"
+        "\"peak_rss_bytes\":{},\"weights_owned_bytes\":{},\"session_model_bytes\":{}}}",
+        measured->context, measured->baseline_rss, measured->load_peak_rss, measured->peak_rss,
+        measured->weights_owned, measured->session_bytes);
+  }
+  o += "}";
+  std::printf("%s\n", o.c_str());
+  if (!decision.fits) std::fprintf(stderr, "edgellm-plan: %s\n", decision.message.c_str());
+  return decision.fits ? 0 : 1;
+}
