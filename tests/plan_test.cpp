@@ -26,6 +26,19 @@ namespace {
 
 using namespace edgellm;
 
+// Sanitizers replace the allocator and add shadow memory: RSS and heap figures mean nothing.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 std::string bundled() { return test::source_dir() + "/models/kjv-target-awq"; }
 
 std::uint64_t proc_status_bytes(const std::string& key) {
@@ -146,6 +159,10 @@ TEST_CASE("plan: peak RSS of load + a full context matches the plan within 10 % 
   so.context_size = 2048;
   auto plan = plan_memory(bundled(), {}, so);
   REQUIRE(plan);
+  if (kSanitized) {
+    WARN("sanitizer build: peak RSS not compared");
+    return;
+  }
   char exe[4096];
   const auto len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (len <= 0) {
@@ -160,6 +177,7 @@ TEST_CASE("plan: peak RSS of load + a full context matches the plan within 10 % 
   if (pid == 0) {
     ::setenv("EDGELLM_PLAN_CHILD_OUT", out.c_str(), 1);
     ::setenv("EDGELLM_SOURCE_DIR", test::source_dir().c_str(), 1);
+    if (std::FILE* quiet = std::freopen("/dev/null", "w", stdout)) (void)quiet;
     char tag[] = "[.plan_child]";
     char* args[] = {exe, tag, nullptr};
     ::execv(exe, args);
@@ -168,6 +186,10 @@ TEST_CASE("plan: peak RSS of load + a full context matches the plan within 10 % 
   int status = 0;
   ::waitpid(pid, &status, 0);
   REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 127) {  // this binary cannot be re-executed (an emulator without binfmt)
+    WARN("could not re-execute " << exe << ": peak RSS not measured");
+    return;
+  }
   REQUIRE(WEXITSTATUS(status) == 0);
   std::uint64_t baseline = 0, peak = 0;
   std::ifstream(out) >> baseline >> peak;
@@ -185,6 +207,10 @@ TEST_CASE("plan: a budget below the plan refuses the load before any large alloc
           "[plan]") {
   EngineOptions eo;
   eo.memory_budget.bytes = 1 << 20;  // 1 MiB: the bundled weights need ~8
+  // Once first, so that code paths (and an emulator's translations) are warm, then the peak
+  // restarts from the current RSS (clear_refs 5) and must barely move on the second refusal.
+  (void)Engine::load(bundled(), eo);
+  std::ofstream("/proc/self/clear_refs") << "5";
   const std::uint64_t before = proc_status_bytes("VmHWM");
   auto e = Engine::load(bundled(), eo);
   REQUIRE_FALSE(e);
@@ -287,6 +313,10 @@ TEST_CASE("plan: the tokenizer estimate bounds its measured heap", "[plan]") {
   // tokenizer's, against kTokenizerPerFileByte x the size of tokenizer.json.
   auto p = plan_memory(bundled());
   REQUIRE(p);
+  if (kSanitized) {
+    WARN("sanitizer build: heap not measured");
+    return;
+  }
   const auto heap = [] {
     const struct mallinfo2 m = ::mallinfo2();
     return static_cast<std::uint64_t>(m.uordblks + m.hblkhd);
