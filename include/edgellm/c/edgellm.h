@@ -171,7 +171,9 @@ EDGELLM_C_API edgellm_status edgellm_session_reset(edgellm_session* session);
 /* New sampling settings for the next calls. */
 EDGELLM_C_API edgellm_status edgellm_session_set_sampling(edgellm_session* session,
                                                           const edgellm_sampling* sampling);
-/* Tokens the session's cache holds, and how many it can hold (0 for a NULL session). */
+/* Tokens the session's cache holds, and how many it can hold (0 for a NULL session). After a
+ * generation the cache holds the prompt and every emitted token but the last (which the next
+ * call forwards first): prompt + new_tokens - 1. */
 EDGELLM_C_API size_t edgellm_session_position(const edgellm_session* session);
 EDGELLM_C_API size_t edgellm_session_context_size(const edgellm_session* session);
 
