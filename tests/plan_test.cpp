@@ -214,7 +214,7 @@ TEST_CASE("plan: a budget below the plan refuses the load before any large alloc
   const std::uint64_t before = proc_status_bytes("VmHWM");
   auto e = Engine::load(bundled(), eo);
   REQUIRE_FALSE(e);
-  CHECK(e.error().code == errc::capacity_exceeded);
+  CHECK(e.error().code == errc::out_of_memory);
   CHECK_THAT(e.error().message, Catch::Contains("needs") && Catch::Contains("budget 1.0 MiB") &&
                                     Catch::Contains("weights") && Catch::Contains("kjv-target-awq"));
   // No weight was converted: the peak moved by far less than the 5 MB of int4 weights.
@@ -243,7 +243,7 @@ TEST_CASE("plan: a session budget refuses, or shrinks the context to fit", "[pla
   so.memory_budget.bytes = budget;
   auto refused = Session::create(*engine, so);
   REQUIRE_FALSE(refused);
-  CHECK(refused.error().code == errc::capacity_exceeded);
+  CHECK(refused.error().code == errc::out_of_memory);
   CHECK_THAT(refused.error().message, Catch::Contains("KV") && Catch::Contains("2048 tokens int8") &&
                                           Catch::Contains("budget"));
   so.shrink_context_to_fit = true;
