@@ -65,7 +65,8 @@ TEST_CASE("try_resize / try_allocate_aligned: a failed allocation is an error na
   CHECK(st.error().code == errc::out_of_memory);
   CHECK(st.error().message == "[test] huge table: cannot allocate 9223372036854775808 bytes");
   CHECK(v.size() == 3);  // unchanged
-  // 2^56 elements (2^59 bytes): below max_size, so operator new runs and throws bad_alloc.
+  // 2^56 elements (2^59 bytes): below max_size but above kMaxAllocationBytes, refused without
+  // calling operator new (a sanitizer's allocator would abort there instead of throwing).
   st = d::try_resize(v, std::size_t{1} << 56, "test", "big table");
   REQUIRE_FALSE(st);
   CHECK_THAT(st.error().message, Contains("big table: cannot allocate 576460752303423488 bytes"));
@@ -80,6 +81,7 @@ TEST_CASE("try_resize / try_allocate_aligned: a failed allocation is an error na
   REQUIRE_FALSE(a);
   CHECK(a.error().code == errc::out_of_memory);
   CHECK_THAT(a.error().message, Contains("[test] scratch: cannot allocate"));
+  CHECK_FALSE(d::allocate_aligned<std::byte>(d::kMaxAllocationBytes + 1));
   auto ok = d::try_allocate_aligned<float>(16, "test", "scratch");
   REQUIRE(ok);
   CHECK(*ok != nullptr);

@@ -509,6 +509,19 @@ TEST_CASE("Tokenizer reports bad input clearly", "[tokenizer]") {
       CHECK_THAT(r.error().message, Contains("not valid UTF-8") && Contains("offset 3"));
     }
   }
+  SECTION("a post-processor template id that names no token") {
+    // Found by fuzz_tokenizer_json: the template's BOS id 557 is past the vocabulary and is not
+    // the added token's id (114); encode would emit an id decode cannot spell.
+    const auto e = error_of(
+        R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+            "added_tokens": [{"id": 1, "content": "<s>", "special": true}],
+            "post_processor": {"type": "TemplateProcessing",
+              "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+              "special_tokens": {"<s>": {"id": "<s>", "ids": [557], "tokens": ["<s>"]}}}})");
+    CHECK(e.code == errc::format_error);
+    CHECK_THAT(e.message, Contains("t.json") && Contains("post_processor") &&
+                              Contains("template token id 557"));
+  }
   SECTION("unk_token missing from the vocabulary fails at encode time") {
     auto t = Tokenizer::from_json(
         R"({"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}})",

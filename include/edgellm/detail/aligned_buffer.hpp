@@ -46,12 +46,27 @@ enum class MemoryUse {
   streamed,
 };
 
+/// The largest single allocation asked of the allocator, in bytes: 1 TiB on 64-bit hosts
+/// (2 GiB on 32-bit), far above any buffer a model on one device needs. A larger request (a
+/// size read from a lying file) is refused as out of memory without calling operator new,
+/// because sanitizer allocators abort rather than throw above their own limit of this size.
+inline constexpr std::size_t kMaxAllocationBytes = std::size_t{1}
+                                                   << (sizeof(std::size_t) >= 8 ? 40 : 31);
+
+/// n * size, saturated at SIZE_MAX (byte counts for messages and overflow checks).
+inline std::size_t saturating_bytes(std::size_t n, std::size_t size) noexcept {
+  return size != 0 && n > std::numeric_limits<std::size_t>::max() / size
+             ? std::numeric_limits<std::size_t>::max()
+             : n * size;
+}
+
 /// Uninitialised storage for n T (at least one byte is allocated for n = 0), aligned for `use`;
-/// null on allocation failure (never throws).
+/// null on allocation failure or above kMaxAllocationBytes (never throws).
 template <class T = std::byte>
 AlignedArray<T> allocate_aligned(std::size_t n, MemoryUse use = MemoryUse::plain) noexcept {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
-  const std::size_t bytes = n * sizeof(T);
+  const std::size_t bytes = saturating_bytes(n, sizeof(T));
+  if (bytes > kMaxAllocationBytes) return AlignedArray<T>(nullptr, AlignedDelete{});
   const std::size_t align =
       use == MemoryUse::streamed && bytes >= (std::size_t{4} << 20) ? kHuge : 64;
   void* p = ::operator new (bytes ? bytes : 1, std::align_val_t{align}, std::nothrow);
@@ -75,33 +90,28 @@ inline error allocation_error(std::string_view where, std::string_view what,
   }
 }
 
-/// n * size, saturated at SIZE_MAX (byte counts for messages and overflow checks).
-inline std::size_t saturating_bytes(std::size_t n, std::size_t size) noexcept {
-  return size != 0 && n > std::numeric_limits<std::size_t>::max() / size
-             ? std::numeric_limits<std::size_t>::max()
-             : n * size;
-}
-
 /// allocate_aligned, with an allocation_error naming `what` on failure.
 template <class T = std::byte>
 result<AlignedArray<T>> try_allocate_aligned(std::size_t n, std::string_view where,
                                              std::string_view what,
                                              MemoryUse use = MemoryUse::plain) noexcept {
   const std::size_t bytes = saturating_bytes(n, sizeof(T));
-  if (bytes == std::numeric_limits<std::size_t>::max()) return allocation_error(where, what, bytes);
+  if (bytes > kMaxAllocationBytes) return allocation_error(where, what, bytes);
   auto a = allocate_aligned<T>(n, use);
   if (!a) return allocation_error(where, what, bytes);
   return a;
 }
 
 /// v.resize(n, args...) (a std::vector or std::string), or an allocation_error naming `what`
-/// and n * sizeof(element) bytes instead of std::bad_alloc / std::length_error.
+/// and n * sizeof(element) bytes instead of std::bad_alloc / std::length_error (also for more
+/// than kMaxAllocationBytes, refused without asking the allocator).
 template <class Vec, class... Value>
 status try_resize(Vec& v, std::size_t n, std::string_view where, std::string_view what,
                   const Value&... value) noexcept {
   const std::size_t bytes = saturating_bytes(n, sizeof(typename Vec::value_type));
   try {
-    if (n > v.max_size()) return allocation_error(where, what, bytes);
+    if (n > v.max_size() || bytes > kMaxAllocationBytes)
+      return allocation_error(where, what, bytes);
     v.resize(n, value...);
   } catch (const std::bad_alloc&) {
     return allocation_error(where, what, bytes);
@@ -124,7 +134,8 @@ template <class Vec>
 status try_reserve(Vec& v, std::size_t n, std::string_view where, std::string_view what) noexcept {
   const std::size_t bytes = saturating_bytes(n, sizeof(typename Vec::value_type));
   try {
-    if (n > v.max_size()) return allocation_error(where, what, bytes);
+    if (n > v.max_size() || bytes > kMaxAllocationBytes)
+      return allocation_error(where, what, bytes);
     v.reserve(n);
   } catch (const std::bad_alloc&) {
     return allocation_error(where, what, bytes);

@@ -291,6 +291,17 @@ inline status Tokenizer::finalize() {
     }
     return std::nullopt;
   };
+  // The post-processor's template ids are emitted as they are: each must name a token, or
+  // encode would hand the model an id that decode and the vocabulary know nothing of.
+  for (const auto* ids : {&template_before_, &template_after_}) {
+    for (const std::int32_t id : *ids) {
+      if (!id_to_token(id)) {
+        return make_error(errc::format_error, "post_processor",
+                          "template token id " + std::to_string(id) +
+                              " is neither in model.vocab nor in added_tokens");
+      }
+    }
+  }
   bos_ = !template_before_.empty()
              ? std::optional<std::int32_t>(template_before_.front())
              : special_named({"<s>", "<|begin_of_text|>", "<bos>", "<|startoftext|>"});
