@@ -32,6 +32,12 @@
 
 namespace edgellm::model {
 
+/// ChatML, Qwen2's format: the fallback for checkpoints without a chat_template. Renders as
+/// decode::chatml_prompt does.
+inline constexpr std::string_view kChatMLTemplate =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 /// What ChatTemplate::render passes to the template besides the messages.
 struct ChatRenderOptions {
   /// Ends the prompt with the header of an assistant turn (e.g. "<|im_start|>assistant\n").
