@@ -102,6 +102,31 @@ TEST_CASE("Chat templates render as @huggingface/jinja does", "[chat_template]")
   CHECK(errors >= 3);
 }
 
+TEST_CASE("Chat template semantics match Python's Jinja2 as transformers configures it", "[chat_template]") {
+  // tests/data/chat_templates/semantics/python_jinja2.json: tools/make_chat_template_semantics.py.
+  const json::Value cases = read_json(fixture_dir() + "/semantics/python_jinja2.json");
+  const std::vector<ChatMessage> msgs = {{"system", "S"}, {"user", "hello"}};
+  ChatRenderOptions opt;
+  opt.add_generation_prompt = false;
+  std::size_t n = 0;
+  for (const json::Value& c : cases.as_array()) {
+    const json::Object& o = c.as_object();
+    const std::string& src = o.find("template")->as_string();
+    INFO(src);
+    auto t = ChatTemplate::parse(src, "case");
+    if (const json::Value* expected = o.find("expected")) {
+      if (!t) FAIL(t.error().message);
+      auto out = t->render(msgs, opt);
+      if (!out) FAIL(out.error().message);
+      CHECK(*out == expected->as_string());
+    } else {
+      CHECK_FALSE((t.has_value() && t->render(msgs, opt).has_value()));
+    }
+    ++n;
+  }
+  CHECK(n >= 80);
+}
+
 TEST_CASE("ChatTemplate::load reads tokenizer_config.json", "[chat_template]") {
   const auto dir = std::filesystem::temp_directory_path() / "edgellm_chat_template_test";
   std::filesystem::create_directories(dir);

@@ -334,7 +334,7 @@ class Evaluator {
           xs.push_back(eval(*a));
           if (err_) return {};
         }
-        return Value::list(std::move(xs));
+        return e.kind == Expr::Kind::tuple ? Value::tuple(std::move(xs)) : Value::list(std::move(xs));
       }
       case Expr::Kind::dict: {
         Dict d;

@@ -109,6 +109,19 @@ inline std::string ascii_lower(std::string s) {
 }
 inline bool ascii_alpha(char c) noexcept { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
+/// Python's str.title(): a letter after a non-letter starts a word (so "o'neil" -> "O'Neil").
+inline std::string title_case(std::string s) {
+  bool prev_alpha = false;
+  for (char& c : s) {
+    if (ascii_alpha(c)) {
+      if (prev_alpha && c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      if (!prev_alpha && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    }
+    prev_alpha = ascii_alpha(c);
+  }
+  return s;
+}
+
 /// str.split(sep, maxsplit): without `sep`, runs of whitespace and no empty pieces.
 inline result<Value> split(std::string_view s, const std::optional<std::string>& sep, std::int64_t maxsplit) {
   List out;
@@ -294,7 +307,7 @@ inline result<bool> contains(const Value& haystack, const Value& needle) {
     return false;
   }
   if (haystack.is_mapping()) return needle.is_string() && haystack.as_dict().find(needle.as_string()) != nullptr;
-  if (haystack.is_undefined()) return fail("'in' on an undefined value" + std::string(haystack.undefined_hint().empty() ? "" : " '" + haystack.undefined_hint() + "'"));
+  if (haystack.is_undefined()) return false;  // Jinja2's Undefined iterates as empty
   return fail(std::string("'in' is not supported on a ") + haystack.type_name());
 }
 
@@ -401,8 +414,12 @@ inline std::optional<std::string> opt_string(const Value* v) {
   return v->is_string() ? v->as_string() : to_output(*v);
 }
 
-inline result<Value> apply_filter(std::string_view name, const Value& v, std::span<const Value> args,
+inline result<Value> apply_filter(std::string_view name, const Value& v0, std::span<const Value> args,
                                   const Kwargs& kw) {
+  // The string filters take str(value), as Jinja2's soft_str does (undefined -> "").
+  const bool string_filter = name == "trim" || name == "upper" || name == "lower" || name == "capitalize" ||
+                             name == "title" || name == "replace" || name == "indent" || name == "wordcount";
+  const Value v = string_filter && !v0.is_string() ? Value::string(to_output(v0)) : v0;
   const auto arg = [&](std::size_t i, std::string_view key) -> std::optional<Value> {
     if (i < args.size()) return args[i];
     return kwarg(kw, key);
@@ -474,10 +491,14 @@ inline result<Value> apply_filter(std::string_view name, const Value& v, std::sp
       if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 'a' + 'A');
       return Value::string(std::move(s));
     }
-    bool prev_alpha = false;  // title: a letter after a non-letter starts a word
+    // Jinja's title: a word starts after whitespace, '-', '(', '{', '[' or '<' (Python's
+    // str.title(), the method, starts one after any non-letter: title_case()).
+    bool boundary = true;
     for (char& c : s) {
-      if (ascii_alpha(c) && !prev_alpha && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-      prev_alpha = ascii_alpha(c);
+      const bool sep = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == '-' ||
+                       c == '(' || c == '{' || c == '[' || c == '<';
+      if (boundary && !sep && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+      boundary = sep;
     }
     return Value::string(std::move(s));
   }
@@ -521,7 +542,7 @@ inline result<Value> apply_filter(std::string_view name, const Value& v, std::sp
     if (v.is_undefined()) return Value::list();
     if (!v.is_mapping()) return fail(std::string("items of a ") + v.type_name());
     List out;
-    for (const auto& [k, x] : v.as_dict().items) out.push_back(Value::list({Value::string(k), x}));
+    for (const auto& [k, x] : v.as_dict().items) out.push_back(Value::tuple({Value::string(k), x}));
     return Value::list(std::move(out));
   }
   if (name == "dictsort") {
@@ -529,7 +550,7 @@ inline result<Value> apply_filter(std::string_view name, const Value& v, std::sp
     auto items = v.as_dict().items;
     std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     List out;
-    for (auto& [k, x] : items) out.push_back(Value::list({Value::string(k), x}));
+    for (auto& [k, x] : items) out.push_back(Value::tuple({Value::string(k), x}));
     return Value::list(std::move(out));
   }
   // The rest walk a sequence.

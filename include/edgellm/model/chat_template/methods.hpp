@@ -60,6 +60,7 @@ inline result<Value> call_method(const Value& obj, std::string_view name, std::s
     }
     if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
       if (auto r = at_most(0); !r) return r.error();
+      if (name == "title") return Value::string(title_case(s));
       return apply_filter(name, obj, {}, {});
     }
     if (name == "replace") {
@@ -103,7 +104,7 @@ inline result<Value> call_method(const Value& obj, std::string_view name, std::s
       if (auto r = at_most(0); !r) return r.error();
       List out;
       for (const auto& [k, v] : d.items) {
-        if (name == "items") out.push_back(Value::list({Value::string(k), v}));
+        if (name == "items") out.push_back(Value::tuple({Value::string(k), v}));
         else if (name == "keys") out.push_back(Value::string(k));
         else out.push_back(v);
       }

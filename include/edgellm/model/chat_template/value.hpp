@@ -73,6 +73,12 @@ class Value {
     v.list_ = std::make_shared<List>(std::move(items));
     return v;
   }
+  /// A tuple: a list that prints as (a, b), as items() and `a, b` make.
+  static Value tuple(List items) {
+    Value v = list(std::move(items));
+    v.tuple_ = true;
+    return v;
+  }
   static Value dict(Dict d = {}) {
     Value v = with_kind(Kind::dict);
     for (const auto& kv : d.items) v.depth_ = std::max(v.depth_, kv.second.depth_ + 1);
@@ -102,6 +108,7 @@ class Value {
   bool is_number() const noexcept { return is_int() || is_float(); }
   bool is_string() const noexcept { return kind_ == Kind::string; }
   bool is_list() const noexcept { return kind_ == Kind::list; }
+  bool is_tuple() const noexcept { return tuple_; }
   bool is_dict() const noexcept { return kind_ == Kind::dict; }
   bool is_namespace() const noexcept { return kind_ == Kind::ns; }
   bool is_mapping() const noexcept { return is_dict() || is_namespace(); }
@@ -173,6 +180,7 @@ class Value {
 
   Kind kind_ = Kind::undefined;
   std::uint32_t depth_ = 0;
+  bool tuple_ = false;
   std::int64_t i_ = 0;
   double d_ = 0.0;
   std::string s_;
@@ -253,6 +261,7 @@ std::string to_output(const Value& v);
 /// Python's repr(): how list and dict members print.
 inline std::string repr(const Value& v) {
   if (v.is_string()) return string_repr(v.as_string());
+  if (v.is_undefined()) return "Undefined";
   return to_output(v);
 }
 
@@ -266,13 +275,14 @@ inline std::string to_output(const Value& v) {
     case Value::Kind::floating: return float_repr(v.as_double());
     case Value::Kind::string: return v.as_string();
     case Value::Kind::list: {
-      std::string out = "[";
+      std::string out = v.is_tuple() ? "(" : "[";
       bool first = true;
       for (const Value& x : v.as_list()) {
         if (!first) out += ", ";
         first = false;
         out += repr(x);
       }
+      if (v.is_tuple()) return out + (v.as_list().size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Value::Kind::dict:
