@@ -7,10 +7,12 @@
 #include "edgellm/session.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/split.hpp"
+#include "edgellm/model/generation_config.hpp"
 #include "edgellm/thread_pool.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -21,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -72,7 +75,9 @@ prompt:
                          an empty line or end of input ends it
   --system TEXT          system message for --chat
 
-generation:
+generation (the sampling defaults below give way to the checkpoint's generation_config.json
+where it sets temperature, top_k, top_p, min_p, repetition_penalty or do_sample false = greedy;
+a flag wins over both; what was applied is printed on stderr):
   -n, --max-tokens N     most tokens to generate (default 128; must be > 0)
   --greedy               always the most probable token (same as --temperature 0)
   --temp, --temperature T
@@ -126,6 +131,10 @@ struct Args {
   bool adaptive = false;
   decode::SamplingOptions sampling;
   std::vector<std::string> stops;
+  std::vector<std::string> given;  ///< every flag on the command line, in its long spelling
+  bool was_given(std::string_view flag) const {
+    return std::find(given.begin(), given.end(), flag) != given.end();
+  }
 };
 
 int usage_error(const std::string& msg) { return tools::usage_error("edgellm-generate", msg); }
@@ -253,6 +262,7 @@ int parse_args(int argc, char** argv, Args& a) {
       return usage_error(fmt::format("unknown argument '{}'", argv[i]));
     }
     if (rc != 0) return rc;
+    a.given.emplace_back(arg);
   }
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
   if (!a.prompt_file.empty() && (a.chat || a.have_prompt_ids))
@@ -265,6 +275,51 @@ int parse_args(int argc, char** argv, Args& a) {
   if (const std::string why = tools::check_threads("edgellm-generate", a.threads); !why.empty())
     return usage_error(why);
   return 0;
+}
+
+// The checkpoint's generation_config.json sampling defaults, where no flag chose otherwise
+// (--temperature/--temp/--greedy, --top-k, --top-p, --min-p, --repeat-penalty); do_sample false
+// means greedy. Its eos ids already stop generation (the Engine reads them). Returns the line
+// that says what was applied, empty when the file sets nothing.
+std::string apply_generation_config(const model::GenerationConfig& g, Args& a) {
+  std::vector<std::string> applied, overridden;
+  const auto take = [&](const char* key, const char* flag, const auto& value, auto& target,
+                        const std::string& text) {
+    if (!value) return;
+    if (a.was_given(flag) || (std::string_view(flag) == "--temperature" && a.was_given("--greedy"))) {
+      overridden.push_back(fmt::format("{} (by {})", key, flag));
+      return;
+    }
+    target = *value;
+    applied.push_back(text.empty() ? std::string(key) : fmt::format("{} {}", key, text));
+  };
+  const auto real = [](const std::optional<float>& x) { return x ? fmt::format("{}", *x) : ""; };
+  if (g.do_sample == false) {
+    const std::optional<float> zero = 0.0f;
+    take("do_sample false (greedy)", "--temperature", zero, a.sampling.temperature, "");
+  } else {
+    take("temperature", "--temperature", g.temperature, a.sampling.temperature, real(g.temperature));
+  }
+  take("top_k", "--top-k", g.top_k, a.sampling.top_k, g.top_k ? std::to_string(*g.top_k) : "");
+  take("top_p", "--top-p", g.top_p, a.sampling.top_p, real(g.top_p));
+  take("min_p", "--min-p", g.min_p, a.sampling.min_p, real(g.min_p));
+  take("repetition_penalty", "--repeat-penalty", g.repetition_penalty,
+       a.sampling.repetition_penalty, real(g.repetition_penalty));
+  if (!g.eos_token_ids.empty()) {
+    std::string ids;
+    for (const std::int32_t id : g.eos_token_ids) ids += fmt::format("{}{}", ids.empty() ? "" : ",", id);
+    applied.push_back(a.ignore_eos ? "eos " + ids + " (ignored: --ignore-eos)" : "eos " + ids);
+  }
+  if (applied.empty() && overridden.empty()) return {};
+  const auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
+    return out;
+  };
+  std::string line = "generation defaults from " + g.source + ": " +
+                     (applied.empty() ? std::string("none applied") : join(applied));
+  if (!overridden.empty()) line += "; flags chose " + join(overridden);
+  return line;
 }
 
 // The bundled model: next to the current directory, else relative to the executable
@@ -430,6 +485,11 @@ int main(int argc, char** argv) {
     if (!text) return fail("--file: " + text.error().message);
     a.prompt = std::move(*text);
   }
+  // Before loading: a malformed generation_config.json fails at once.
+  auto generation = model::load_generation_config(a.model);
+  if (!generation) return fail(generation.error().message);
+  if (const std::string line = apply_generation_config(*generation, a); !line.empty())
+    std::fprintf(stderr, "%s\n", line.c_str());
 
   EngineOptions eo;
   eo.load.fp32_reference = a.fp32_reference;

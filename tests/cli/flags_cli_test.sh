@@ -84,7 +84,7 @@ for b in ${benches[@]+"${benches[@]}"}; do
   expect "$b --help" 0 "usage: " -- "$exe" --help
   expect "$b unknown flag" 2 "unknown argument '--frobnicate'" -- "$exe" --frobnicate
   expect "$b missing value" 2 "--threads" -- "$exe" --threads
-  expect "$b bad number" 2 "-t: 'many'" -- "$exe" -t many
+  expect "$b bad number" 2 "-t: item 'many'" -- "$exe" -t many
 done
 
 # The short spellings mean the long ones.
@@ -103,6 +103,21 @@ if [ -n "$out" ] && [ "$out" = "$want" ]; then ok "generate -f - reads stdin"; e
 expect "generate -f of a missing file" 1 "--file: .*'$tmp/nope.txt'" -- "$gen" -m "$model" -f "$tmp/nope.txt"
 expect "generate -f of a directory" 1 "--file: .*'$tmp'" -- "$gen" -m "$model" -f "$tmp"
 expect "generate -n 0" 2 "must be > 0" -- "$gen" -m "$model" -n 0
+# generation_config.json's defaults: do_sample false is greedy, a flag wins, a bad value names
+# the file and the key.
+cp -r "$model" "$tmp/gc"
+printf '{"do_sample": false, "top_k": 7, "eos_token_id": [4093]}' >"$tmp/gc/generation_config.json"
+same "generate: generation_config do_sample false = --greedy" \
+  -- "$gen" -m "$tmp/gc" -p "And God said" -n 8 -s 5 -t 1 \
+  -- "$gen" -m "$model" -p "And God said" -n 8 -s 5 -t 1 --greedy
+expect "generate: generation_config applied, printed" 0 \
+  "generation defaults from .*generation_config.json: do_sample false \(greedy\), top_k 7, eos 4093" \
+  -- "$gen" -m "$tmp/gc" -p "And God said" -n 2 -t 1
+expect "generate: a flag wins over generation_config" 0 "flags chose do_sample false \(greedy\) \(by --temperature\)" \
+  -- "$gen" -m "$tmp/gc" -p "And God said" -n 2 -t 1 --temp 0.9
+printf '{"top_p": "high"}' >"$tmp/gc/generation_config.json"
+expect "generate: a bad generation_config names the file and key" 1 \
+  "gc/generation_config.json: key 'top_p': expected a number" -- "$gen" -m "$tmp/gc" -p "And God said" -n 2
 same "tokenize -m -p" \
   -- "$bin/edgellm-tokenize" -m "$model" -p "In the beginning" \
   -- "$bin/edgellm-tokenize" --tokenizer "$model" --text "In the beginning"
