@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       argc, argv, opts,
       {
           flag::string({"--model"}, "qwen2-7b|llama3-8b|all", "attention shapes", model_arg),
-          flag::list<std::size_t>({"--context"}, "N[,N...]", "context lengths", contexts, 1,
+          flag::list<std::size_t>({"--context", "-c"}, "N[,N...]", "context lengths", contexts, 1,
                                   std::size_t{1} << 24),
           flag::string({"--kv-types"}, "f32,f16,int8", "KV types", kv_arg),
           flag::boolean({"--no-lock"}, "do not mlock the caches", lock, false),

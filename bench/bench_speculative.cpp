@@ -674,7 +674,7 @@ int main(int argc, char** argv) {
   bench::parse_options(
       argc, argv, opts,
       {
-          flag::string({"--target"}, "DIR", "target checkpoint", a.target)
+          flag::string({"--target", "-m", "--model"}, "DIR", "target checkpoint", a.target)
               .shows_default("models/kjv-target-awq; --quick: the qwen2-awq-gemm fixture"),
           flag::strings({"--draft"}, "DIR|lookup",
                         "draft checkpoint or n-gram lookup; repeatable or a comma list", a.drafts,
@@ -685,7 +685,7 @@ int main(int argc, char** argv) {
                         a.adaptive),
           flag::number<std::size_t>({"--k-max"}, "N", "adaptive / cost-model largest k", a.k_max,
                                     1, kMax),
-          flag::real_list({"--temperature"}, "LIST",
+          flag::real_list({"--temperature", "--temp"}, "LIST",
                           "0 = greedy; sampling uses top-k 40, top-p 0.95", a.temperatures, 0.0),
           flag::number<std::size_t>({"-n"}, "N", "tokens decoded per prompt", a.n, 1, kMax)
               .shows_default("128; --quick: 16"),
@@ -700,7 +700,7 @@ int main(int argc, char** argv) {
               .shows_default("64; --quick: 16"),
           flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache (as edgellm-generate)",
                        a.kv),
-          flag::number<std::uint64_t>({"--seed"}, "N", "sampling seed", a.seed, 0, kMax),
+          flag::number<std::uint64_t>({"--seed", "-s"}, "N", "sampling seed", a.seed, 0, kMax),
           flag::boolean({"--no-lock"}, "do not mlock the packed weights", a.lock, false),
           flag::string({"--packed-cache"}, "auto|FILE",
                        "map the target's int4 weights from a packed cache (written if\n"
@@ -735,7 +735,7 @@ int main(int argc, char** argv) {
                          a.acceptance_from = std::string(v);
                          return std::string();
                        }),
-          flag::number<std::size_t>({"--context"}, "P",
+          flag::number<std::size_t>({"--context", "-c"}, "P",
                                     "cost model: tokens held by the models while timing",
                                     a.context, 1, kMax),
           flag::threads({"-t"}, "thread counts; same as --threads", opts.threads)

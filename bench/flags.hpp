@@ -6,6 +6,8 @@
 #include <edgellm/detail/cpu_topology.hpp>
 #include <edgellm/detail/split.hpp>
 
+#include "../tools/cli.hpp"  // --version, as every edgellm-* tool prints it
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,7 +53,7 @@ enum class output_format { tsv, json, md };
 /// Options every bench understands:
 ///   --format tsv|json|md   output (default tsv)
 ///   --quick                small sizes and few reps: CI smoke run
-///   --threads 1,2,4        thread counts to run (0 = all hardware threads)
+///   -t, --threads 1,2,4    thread counts to run (0 = all hardware threads)
 ///   --reps N               timed repetitions per row
 ///   --filter REGEX         run only rows whose name matches (std::regex, search semantics)
 struct options {
@@ -363,22 +365,30 @@ inline void check_stdout_at_exit() {
 }  // namespace detail
 
 /// Parses the command line into `o` (the common options) and the targets of `flags` (the
-/// bench's own; none may reuse a common flag's name). --help prints the flags with their
-/// defaults to stderr and exits 0; an unknown flag, a missing value or a bad one prints what is
-/// wrong, naming the flag and the value, and exits 2. `about` is one line for --help.
+/// bench's own; none may reuse a common flag's name, except -t: a bench may list its own -t to
+/// show its default). --help prints the flags with their defaults to stderr and exits 0;
+/// --version prints what every edgellm-* tool prints (tools/cli.hpp) to stdout and exits 0; an
+/// unknown flag, a missing value or a bad one prints what is wrong, naming the flag and the
+/// value, and exits 2. `about` is one line for --help.
 inline void parse_options(int argc, char** argv, options& o, std::vector<flag> flags,
                           std::string_view about = {}) {
   const char* argv0 = argc > 0 ? argv[0] : "bench";
   std::atexit(detail::check_stdout_at_exit);
-  bool help = false;
+  bool help = false, version = false;
+  const auto bench_has = [&flags](std::string_view name) {
+    for (const flag& f : flags)
+      if (std::find(f.names.begin(), f.names.end(), name) != f.names.end()) return true;
+    return false;
+  };
   std::vector<flag> common;
   common.push_back(flag::choice({"--format"}, "output", o.format,
                                 {{"tsv", output_format::tsv},
                                  {"json", output_format::json},
                                  {"md", output_format::md}}));
   common.push_back(flag::boolean({"--quick"}, "small sizes and few reps: CI smoke run", o.quick));
-  common.push_back(flag::threads({"--threads"}, "thread counts (0 = all hardware threads)",
-                                 o.threads));
+  common.push_back(flag::threads(bench_has("-t") ? std::vector<std::string>{"--threads"}
+                                                : std::vector<std::string>{"-t", "--threads"},
+                                 "thread counts (0 = all hardware threads)", o.threads));
   common.push_back(flag::number({"--reps"}, "N", "timed repetitions per row", o.reps, 1, 1000000)
                        .shows_default(""));
   common.push_back(flag::custom(
@@ -394,6 +404,9 @@ inline void parse_options(int argc, char** argv, options& o, std::vector<flag> f
         return std::string();
       }));
   common.push_back(flag::boolean({"-h", "--help"}, "print this help and exit", help));
+  common.push_back(flag::boolean({"--version"},
+                                 "print the version, git commit, build flags and int4 microkernel",
+                                 version));
 
   auto find = [&](std::string_view name) -> const flag* {
     for (const auto* table : {&flags, &common})
@@ -423,6 +436,12 @@ inline void parse_options(int argc, char** argv, options& o, std::vector<flag> f
     if (help) {
       detail::print_usage(argv0, about, flags, common);
       std::exit(0);
+    }
+    if (version) {
+      const std::string_view name(argv0);
+      const std::string text = edgellm::tools::version_text(name.substr(name.rfind('/') + 1));
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::exit(0);  // check_stdout_at_exit makes a lost write exit 1
     }
     if (!o.was_given(f->names.front())) o.given.push_back(f->names.front());
   }

@@ -50,16 +50,6 @@
 #include <sys/resource.h>
 #endif
 
-#ifndef EDGELLM_GIT_SHA
-#define EDGELLM_GIT_SHA "unknown"
-#endif
-#ifndef EDGELLM_BUILD_FLAGS
-#define EDGELLM_BUILD_FLAGS "unknown"
-#endif
-#ifndef EDGELLM_BUILD_TYPE
-#define EDGELLM_BUILD_TYPE "unknown"
-#endif
-
 namespace edgellm::bench {
 
 // ---------------------------------------------------------------------------------------------

@@ -1,17 +1,119 @@
 // SPDX-License-Identifier: Apache-2.0
-// What every edgellm-* command line tool checks the same way: the --threads cap and whether
-// its output really reached stdout.
+// What every edgellm-* command line tool (and edgellm-bench-*, through bench/flags.hpp) does the
+// same way: llama.cpp's flag spellings, --version, the --threads cap, a prompt from a file or
+// stdin, and whether its output really reached stdout.
 #pragma once
 
+#include "edgellm/config.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
+#include "edgellm/io/mapped_file.hpp"
+#include "edgellm/kernels/matmul.hpp"
+#include "edgellm/result.hpp"
+
+#include <xsimd/xsimd.hpp>
 
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <string_view>
+
+// Set by CMake (configure-time `git rev-parse`, the compiler flags); a build outside it, or
+// from a tarball without .git, says "unknown".
+#ifndef EDGELLM_GIT_SHA
+#define EDGELLM_GIT_SHA "unknown"
+#endif
+#ifndef EDGELLM_BUILD_FLAGS
+#define EDGELLM_BUILD_FLAGS "unknown"
+#endif
+#ifndef EDGELLM_BUILD_TYPE
+#define EDGELLM_BUILD_TYPE "unknown"
+#endif
 
 namespace edgellm::tools {
+
+/// Exit status of a malformed command line (unknown flag, missing or bad value), on every tool.
+inline constexpr int kUsageExit = 2;
+
+/// Another spelling of a flag: `from` is read as `to`.
+struct Alias {
+  std::string_view from, to;
+};
+
+/// llama.cpp's spellings (llama-cli -m -p -f -n -t -c -s --temp, and its long forms) of the flags
+/// the edgellm-* tools name in full. A tool that has no such flag rejects the spelling as unknown.
+inline constexpr Alias kLlamaAliases[] = {
+    {"-m", "--model"},        {"-p", "--prompt"},          {"-f", "--file"},
+    {"-t", "--threads"},      {"-c", "--context"},         {"--ctx-size", "--context"},
+    {"-s", "--seed"},         {"--temp", "--temperature"}, {"--n-predict", "--max-tokens"},
+    {"-n", "--max-tokens"},
+};
+
+/// The spelling a tool's parser compares `arg` with: kLlamaAliases applied, then the tool's own
+/// `extra` aliases (edgellm-tokenize reads --model as --tokenizer). Messages should name `arg`,
+/// the flag as the user wrote it.
+inline std::string_view canonical_flag(std::string_view arg, std::initializer_list<Alias> extra = {}) {
+  for (const Alias& a : kLlamaAliases) {
+    if (arg == a.from) {
+      arg = a.to;
+      break;
+    }
+  }
+  for (const Alias& a : extra) {
+    if (arg == a.from) return a.to;
+  }
+  return arg;
+}
+
+/// What --version prints: the edgellm version, the git commit it was built from, the build type
+/// and flags (the ISA the compiler targeted), the SIMD set of the exact path (fixed at compile
+/// time) and the int4 microkernel the runtime dispatch picks on this CPU.
+inline std::string version_text(std::string_view prog) {
+  std::string s(prog);
+  s += " (edgellm " + std::to_string(EDGELLM_VERSION_MAJOR) + "." +
+       std::to_string(EDGELLM_VERSION_MINOR) + "." + std::to_string(EDGELLM_VERSION_PATCH);
+  s += ", git " EDGELLM_GIT_SHA ")\n";
+  s += "build: " EDGELLM_BUILD_TYPE ", flags: " EDGELLM_BUILD_FLAGS "\n";
+  s += "simd: ";
+  s += xsimd::default_arch::name();
+  s += " (exact path, chosen at compile time)\n";
+  s += "microkernel: ";
+  s += kernels::isa_name(kernels::best_isa());
+  s += " (int4 fast path, chosen at run time for this CPU)\n";
+  return s;
+}
+
+/// Largest prompt -f/--file reads (a file or stdin): far above any context, below a mistake
+/// such as a checkpoint's path.
+inline constexpr std::size_t kMaxPromptFileBytes = std::size_t{64} << 20;
+
+/// The text of -f/--file `path`: the file through io::read_text_file (a regular file, at most
+/// kMaxPromptFileBytes), or stdin when `path` is "-". Errors name the flag and the file.
+inline result<std::string> read_prompt_file(const std::string& path) {
+  constexpr std::string_view where = "--file";
+  if (path != "-") {
+    return io::read_text_file(path, kMaxPromptFileBytes);  // its errors name the file
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, stdin);
+    if (out.size() + n > kMaxPromptFileBytes) {
+      return make_error(errc::io_error, where,
+                        "'-' (stdin): more than the " + std::to_string(kMaxPromptFileBytes) +
+                            "-byte limit of a prompt");
+    }
+    out.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  if (std::ferror(stdin) != 0) {
+    return make_error(errc::io_error, where, std::string("'-' (stdin): read failed: ") +
+                                                 std::strerror(errno));
+  }
+  return out;
+}
 
 /// "" when `threads` is a usable --threads value, else why not (a usage error, exit 2): 0, or
 /// above detail::max_threads_flag() (4 x the hardware threads, at most 256). Above the hardware
@@ -45,6 +147,20 @@ inline int finish_stdout(const char* prog, int rc, int earlier_errno = 0) {
     return rc == 0 ? 1 : rc;
   }
   return rc;
+}
+
+/// --version: prints version_text to stdout; the exit status (0, or 1 when stdout lost it).
+inline int print_version(const char* prog) {
+  const std::string text = version_text(prog);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return finish_stdout(prog, 0);
+}
+
+/// Prints "PROG: MSG" and the pointer to --help on stderr; returns kUsageExit.
+inline int usage_error(const char* prog, std::string_view msg) {
+  std::fprintf(stderr, "%s: %.*s\n(--help for usage)\n", prog, static_cast<int>(msg.size()),
+               msg.data());
+  return kUsageExit;
 }
 
 }  // namespace edgellm::tools

@@ -8,10 +8,12 @@
 #include "edgellm/model/chat_template.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/split.hpp"
+#include "edgellm/model/generation_config.hpp"
 #include "edgellm/thread_pool.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -44,13 +46,13 @@ statistics (time to first token, tokens/s, peak memory) to stderr. With no argum
 generates from the bundled model (models/kjv-target-awq) with a fixed prompt.
 
 model:
-  --model DIR            checkpoint directory (default: the bundled KJV model)
+  -m, --model DIR        checkpoint directory (default: the bundled KJV model)
   --fp32-reference       dense fp32 weights and math (slow; for checking against PyTorch)
-  --threads N            threads for matmuls and attention (default 2; on a big.LITTLE CPU
+  -t, --threads N        threads for matmuls and attention (default 2; on a big.LITTLE CPU
                          the performance cores). At most 4 x the hardware threads (and 256);
                          a warning above the hardware threads
   --pin                  pin the threads to the performance cores (sched_setaffinity)
-  --context N            context size in tokens (default: min(model maximum, 4096)); above
+  -c, --context N        context size in tokens (default: min(model maximum, 4096)); above
                          the model's max_position_embeddings only with --force-context
   --force-context        allow --context above max_position_embeddings (RoPE untrained there)
   --kv-type T            KV cache storage: int8, f16 or f32 (default int8: half the memory of
@@ -67,23 +69,27 @@ model:
                          system prompt is prefilled once), and save this prompt's state to it
 
 prompt:
-  --prompt TEXT          the prompt (default: "And God said")
+  -p, --prompt TEXT      the prompt (default: "And God said")
+  -f, --file FILE        the prompt from FILE (`-` = stdin) instead of --prompt
   --prompt-ids 1,2,3     the prompt as token ids instead of text
   --chat                 interactive chat on stdin, in the checkpoint's chat_template (ChatML,
                          with a warning, when tokenizer_config.json has none); an empty line
                          or end of input ends it
   --system TEXT          system message for --chat
 
-generation:
+generation (the sampling defaults below give way to the checkpoint's generation_config.json
+where it sets temperature, top_k, top_p, min_p, repetition_penalty or do_sample false = greedy;
+a flag wins over both; what was applied is printed on stderr):
   -n, --max-tokens N     most tokens to generate (default 128; must be > 0)
   --greedy               always the most probable token (same as --temperature 0)
-  --temperature T        sampling temperature (default 0.8; 0 = greedy)
+  --temp, --temperature T
+                         sampling temperature (default 0.8; 0 = greedy)
   --top-k K              keep the K most probable tokens (default 40; 0 = off)
   --top-p P              keep the smallest set of tokens with probability mass >= P (default 0.95)
   --min-p P              drop tokens less probable than P x the most probable (default 0 = off)
   --repeat-penalty R     divide (or multiply, if negative) the logits of recent tokens (default 1)
   --repeat-last-n N      how many recent tokens the penalty looks at (default 64; 0 = all)
-  --seed S               random seed (default 0): the same seed gives the same text
+  -s, --seed S           random seed (default 0): the same seed gives the same text
   --stop STRING          stop before this text (repeatable); the model's eos ids always stop
   --ignore-eos           do not stop at the model's eos ids
 
@@ -99,6 +105,7 @@ speculative decoding:
 output:
   --print-ids            print the generated token ids as a JSON list instead of text
   -h, --help             this text
+  --version              version, git commit, build flags and the int4 microkernel used here
 
 Exit status: 0 on success, 1 on a runtime error (bad model, prompt, lost output: stdout closed
 or full), 2 on bad arguments (including --threads or --context out of range).
@@ -112,7 +119,7 @@ std::size_t default_threads() {
 }
 
 struct Args {
-  std::string model, prompt = "And God said", system;
+  std::string model, prompt = "And God said", system, prompt_file;
   std::vector<std::int32_t> prompt_ids;
   bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
   bool ignore_eos = false, pin = false, force = false, force_context = false;
@@ -126,12 +133,13 @@ struct Args {
   bool adaptive = false;
   decode::SamplingOptions sampling;
   std::vector<std::string> stops;
+  std::vector<std::string> given;  ///< every flag on the command line, in its long spelling
+  bool was_given(std::string_view flag) const {
+    return std::find(given.begin(), given.end(), flag) != given.end();
+  }
 };
 
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "edgellm-generate: %s\n(--help for usage)\n", msg.c_str());
-  return 2;
-}
+int usage_error(const std::string& msg) { return tools::usage_error("edgellm-generate", msg); }
 
 template <class T>
 bool parse_number(std::string_view s, T& out) {
@@ -146,10 +154,10 @@ bool parse_number(std::string_view s, T& out) {
   }
 }
 
-// Returns 0 to go on, 2 on a usage error (already printed), 3 for --help.
+// Returns 0 to go on, 2 on a usage error (already printed), 3 for --help, 4 for --version.
 int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
+    const std::string_view arg = tools::canonical_flag(argv[i]);  // -m is --model, ...
     std::string_view v;
     const auto need = [&](const char* what) {
       if (i + 1 >= argc) return false;
@@ -166,6 +174,11 @@ int parse_args(int argc, char** argv, Args& a) {
     int rc = 0;
     if (arg == "-h" || arg == "--help") {
       return 3;
+    } else if (arg == "--version") {
+      return 4;
+    } else if (arg == "--file") {
+      if (!need("FILE") || v.empty()) return usage_error("--file: missing FILE (`-` = stdin)");
+      a.prompt_file = v;
     } else if (arg == "--model") {
       if (!need("DIR")) return usage_error("--model: missing DIR");
       a.model = v;
@@ -208,7 +221,7 @@ int parse_args(int argc, char** argv, Args& a) {
       rc = num(a.threads, "N", 1, 1e9);  // the cap (tools::check_threads) once all are read
     } else if (arg == "--context") {
       rc = num(a.context, "N", 1, 1 << 24);
-    } else if (arg == "-n" || arg == "--max-tokens") {
+    } else if (arg == "--max-tokens") {
       rc = num(a.max_tokens, "N", 0, 1e9);
       if (rc == 0 && a.max_tokens == 0)
         return usage_error(std::string(arg) + ": 0 tokens to generate (must be > 0)");
@@ -248,11 +261,14 @@ int parse_args(int argc, char** argv, Args& a) {
       if (!need("FILE") || v.empty()) return usage_error("--prompt-cache: missing FILE");
       a.prompt_cache = v;
     } else {
-      return usage_error(fmt::format("unknown argument '{}'", arg));
+      return usage_error(fmt::format("unknown argument '{}'", argv[i]));
     }
     if (rc != 0) return rc;
+    a.given.emplace_back(arg);
   }
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
+  if (!a.prompt_file.empty() && (a.chat || a.have_prompt_ids))
+    return usage_error("--file gives the prompt: not with --chat or --prompt-ids");
   if (a.chat && !a.prompt_cache.empty()) return usage_error("--prompt-cache is not supported with --chat");
   if (!a.draft.empty() && !a.prompt_cache.empty())
     return usage_error("--prompt-cache is not supported with --draft");
@@ -261,6 +277,51 @@ int parse_args(int argc, char** argv, Args& a) {
   if (const std::string why = tools::check_threads("edgellm-generate", a.threads); !why.empty())
     return usage_error(why);
   return 0;
+}
+
+// The checkpoint's generation_config.json sampling defaults, where no flag chose otherwise
+// (--temperature/--temp/--greedy, --top-k, --top-p, --min-p, --repeat-penalty); do_sample false
+// means greedy. Its eos ids already stop generation (the Engine reads them). Returns the line
+// that says what was applied, empty when the file sets nothing.
+std::string apply_generation_config(const model::GenerationConfig& g, Args& a) {
+  std::vector<std::string> applied, overridden;
+  const auto take = [&](const char* key, const char* flag, const auto& value, auto& target,
+                        const std::string& text) {
+    if (!value) return;
+    if (a.was_given(flag) || (std::string_view(flag) == "--temperature" && a.was_given("--greedy"))) {
+      overridden.push_back(fmt::format("{} (by {})", key, flag));
+      return;
+    }
+    target = *value;
+    applied.push_back(text.empty() ? std::string(key) : fmt::format("{} {}", key, text));
+  };
+  const auto real = [](const std::optional<float>& x) { return x ? fmt::format("{}", *x) : ""; };
+  if (g.do_sample == false) {
+    const std::optional<float> zero = 0.0f;
+    take("do_sample false (greedy)", "--temperature", zero, a.sampling.temperature, "");
+  } else {
+    take("temperature", "--temperature", g.temperature, a.sampling.temperature, real(g.temperature));
+  }
+  take("top_k", "--top-k", g.top_k, a.sampling.top_k, g.top_k ? std::to_string(*g.top_k) : "");
+  take("top_p", "--top-p", g.top_p, a.sampling.top_p, real(g.top_p));
+  take("min_p", "--min-p", g.min_p, a.sampling.min_p, real(g.min_p));
+  take("repetition_penalty", "--repeat-penalty", g.repetition_penalty,
+       a.sampling.repetition_penalty, real(g.repetition_penalty));
+  if (!g.eos_token_ids.empty()) {
+    std::string ids;
+    for (const std::int32_t id : g.eos_token_ids) ids += fmt::format("{}{}", ids.empty() ? "" : ",", id);
+    applied.push_back(a.ignore_eos ? "eos " + ids + " (ignored: --ignore-eos)" : "eos " + ids);
+  }
+  if (applied.empty() && overridden.empty()) return {};
+  const auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
+    return out;
+  };
+  std::string line = "generation defaults from " + g.source + ": " +
+                     (applied.empty() ? std::string("none applied") : join(applied));
+  if (!overridden.empty()) line += "; flags chose " + join(overridden);
+  return line;
 }
 
 // The bundled model: next to the current directory, else relative to the executable
@@ -429,6 +490,7 @@ int main(int argc, char** argv) {
   Args a;
   if (const int rc = parse_args(argc, argv, a); rc != 0) {
     if (rc == 3) return std::fputs(kUsage, stdout), tools::finish_stdout("edgellm-generate", 0);
+    if (rc == 4) return tools::print_version("edgellm-generate");
     return rc;
   }
   const auto fail = [](const std::string& msg) {
@@ -439,6 +501,16 @@ int main(int argc, char** argv) {
   // file this program opens: refuse before loading anything.
   if (::fcntl(STDOUT_FILENO, F_GETFD) == -1) return fail("stdout is closed; nothing to write to");
   if (a.model.empty()) a.model = default_model_dir(argv[0]);
+  if (!a.prompt_file.empty()) {  // before loading: a wrong path fails at once
+    auto text = tools::read_prompt_file(a.prompt_file);
+    if (!text) return fail("--file: " + text.error().message);
+    a.prompt = std::move(*text);
+  }
+  // Before loading: a malformed generation_config.json fails at once.
+  auto generation = model::load_generation_config(a.model);
+  if (!generation) return fail(generation.error().message);
+  if (const std::string line = apply_generation_config(*generation, a); !line.empty())
+    std::fprintf(stderr, "%s\n", line.c_str());
 
   EngineOptions eo;
   eo.load.fp32_reference = a.fp32_reference;

@@ -25,7 +25,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: edgellm-logits --model DIR --ids 1,2,3 --out FILE.json [options]\n"
+    "usage: edgellm-logits -m DIR --ids 1,2,3 --out FILE.json [options]\n"
     "\n"
     "Runs the checkpoint in DIR (HF Llama / Qwen2 / Mistral: fp16/bf16/fp32, or AutoAWQ "
     "gemm/gemv)\n"
@@ -35,13 +35,17 @@ constexpr const char* kUsage =
     "tools/reference_forward.py. FILE.json may be '-' for stdout.\n"
     "\n"
     "options:\n"
+    "  -m, --model DIR   the checkpoint directory (required)\n"
     "  --all-positions   logits of every position, not only the last\n"
     "  --fp32-reference  dense fp32 weights and math (AWQ weights dequantised as AutoAWQ does)\n"
     "  --exact           int4 matmuls on the exact path (default: the fast W4A8 path)\n"
-    "  --threads N       threads for matmuls and attention (default 1; at most 4 x the\n"
+    "  -t, --threads N   threads for matmuls and attention (default 1; at most 4 x the\n"
     "                    hardware threads, and 256)\n"
     "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
-    "  -h, --help        this text\n";
+    "  -h, --help        this text\n"
+    "  --version         version, git commit, build flags and the int4 microkernel used here\n"
+    "\n"
+    "Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.\n";
 
 struct Args {
   std::string model, out;
@@ -51,14 +55,14 @@ struct Args {
 };
 
 // Parses argv; on error prints the reason and returns false (exit code 2).
-bool parse_args(int argc, char** argv, Args& a, bool& help) {
+bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   const auto fail = [](const std::string& msg) {
-    std::fprintf(stderr, "edgellm-logits: %s\n(--help for usage)\n", msg.c_str());
+    edgellm::tools::usage_error("edgellm-logits", msg);
     return false;
   };
   bool have_ids = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
+    const std::string_view arg = edgellm::tools::canonical_flag(argv[i]);  // -m is --model
     const auto value = [&](std::string& out) {
       if (i + 1 >= argc) return false;
       out = argv[++i];
@@ -67,6 +71,9 @@ bool parse_args(int argc, char** argv, Args& a, bool& help) {
     std::string v;
     if (arg == "-h" || arg == "--help") {
       help = true;
+      return true;
+    } else if (arg == "--version") {
+      version = true;
       return true;
     } else if (arg == "--all-positions") {
       a.all_positions = true;
@@ -105,7 +112,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help) {
         a.ids.push_back(id);
       }
     } else {
-      return fail("unknown argument '" + std::string(arg) + "'");
+      return fail("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
   if (a.model.empty()) return fail("--model DIR is required");
@@ -203,8 +210,9 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  bool help = false;
-  if (!parse_args(argc, argv, a, help)) return 2;
+  bool help = false, version = false;
+  if (!parse_args(argc, argv, a, help, version)) return edgellm::tools::kUsageExit;
+  if (version) return edgellm::tools::print_version("edgellm-logits");
   if (help) {
     std::fputs(kUsage, stdout);
     return edgellm::tools::finish_stdout("edgellm-logits", 0);

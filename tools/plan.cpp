@@ -3,6 +3,7 @@
 // anything is loaded (edgellm::plan_memory: config.json and the safetensors headers only), as
 // one JSON object, and the decision under a budget. --measure then loads it, fills the context
 // and reports the measured peak RSS beside the plan.
+#include "cli.hpp"
 #include "edgellm/plan.hpp"
 #include "edgellm/io/json_write.hpp"
 #include "edgellm/session.hpp"
@@ -23,17 +24,17 @@ namespace {
 
 using namespace edgellm;
 
-constexpr const char* kUsage = R"(usage: edgellm-plan --model DIR [options]
+constexpr const char* kUsage = R"(usage: edgellm-plan -m DIR [options]
 
 Prints the memory plan of Engine::load(DIR) and Session::create() with these options as one
 JSON object (bytes as integers): weights mapped and resident, the transient peak of loading,
 KV cache for the context and KV type, scratch, tokenizer, and the peak; with --budget, whether
 it fits. Nothing is loaded: config.json and the safetensors headers are read.
 
-  --model DIR            checkpoint directory (required)
-  --context N            tokens per session (default: min(model maximum, 4096))
+  -m, --model DIR        checkpoint directory (required)
+  -c, --context N        tokens per session (default: min(model maximum, 4096))
   --kv-type T            int8, f16 or f32 (default int8)
-  --threads N            threads of the pool (attention scratch is per thread; default 1)
+  -t, --threads N        threads of the pool (attention scratch is per thread; default 1)
   --max-batch N          most tokens per forward chunk (default 64)
   --sessions N           sessions over the one loaded model (default 1)
   --lm-head F            q4 (int4 at load) or as_stored (default as_stored)
@@ -52,15 +53,13 @@ it fits. Nothing is loaded: config.json and the safetensors headers are read.
                          measured bytes (VmRSS before loading, VmHWM after) to the output
   --format json|text     one JSON object (default) or one line of text
   -h, --help             this text
+  --version              version, git commit, build flags and the int4 microkernel used here
 
 Exit status: 0 fits (or no budget), 1 a runtime error or a plan over the budget (a refusal),
 2 bad arguments.
 )";
 
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "edgellm-plan: %s\n(--help for usage)\n", msg.c_str());
-  return 2;
-}
+int usage_error(const std::string& msg) { return tools::usage_error("edgellm-plan", msg); }
 
 template <class T>
 bool parse_number(std::string_view s, T& out) {
@@ -160,7 +159,7 @@ int main(int argc, char** argv) {
   bool shrink = false, do_measure = false, exact = false;
   std::optional<MemoryBudget> budget;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
+    const std::string_view arg = tools::canonical_flag(argv[i]);  // -m is --model, ...
     const auto value = [&](std::string_view& v) {
       if (i + 1 >= argc) return false;
       v = argv[++i];
@@ -176,7 +175,9 @@ int main(int argc, char** argv) {
     int rc = 0;
     if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
-      return 0;
+      return tools::finish_stdout("edgellm-plan", 0);
+    } else if (arg == "--version") {
+      return tools::print_version("edgellm-plan");
     } else if (arg == "--model" || arg == "--draft" || arg == "--format" || arg == "--meminfo" ||
                arg == "--packed-cache") {
       if (!value(v)) return usage_error(std::string(arg) + ": missing a value");
@@ -224,7 +225,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--measure") {
       do_measure = true;
     } else {
-      return usage_error(fmt::format("unknown option '{}'", arg));
+      return usage_error(fmt::format("unknown argument '{}'", argv[i]));
     }
     if (rc != 0) return rc;
   }

@@ -27,8 +27,9 @@ constexpr const char* kUsage =
 Encodes text with a Hugging Face tokenizer.json (BPE: Qwen2, Llama-2/3, GPT-2 style) and prints
 the token ids as JSON, or decodes ids back to text.
 
-  --tokenizer PATH   a tokenizer.json file, or a directory that contains one
-  --text STR         encode STR; prints a JSON list of ids
+  -m, --tokenizer PATH  a tokenizer.json file, or a directory that contains one (--model)
+  -p, --text STR     encode STR; prints a JSON list of ids (--prompt)
+  -f, --file FILE    encode the text of FILE (`-` = stdin); prints a JSON list of ids
   --corpus FILE      encode every string of FILE, a JSON list of strings; prints a JSON list
                      of lists, one line per string
   --decode IDS       decode IDS, ids separated by commas and/or spaces ("1,2,3", "[1, 2, 3]");
@@ -41,14 +42,12 @@ the token ids as JSON, or decodes ids back to text.
   --no-special       encoding: add no BOS/EOS template tokens and treat special-token text
                      such as <|im_start|> as plain text; decoding: drop special tokens
   -h, --help         show this help
+  --version          version, git commit, build flags and the int4 microkernel used here
 
 Exit status: 0 on success, 1 when loading, encoding or decoding fails, 2 on a usage error.
 )";
 
-int usage_error(std::string_view why) {
-  fmt::print(stderr, "edgellm-tokenize: {}\n(run with --help for usage)\n", why);
-  return 2;
-}
+int usage_error(std::string_view why) { return edgellm::tools::usage_error("edgellm-tokenize", why); }
 
 std::string ids_json(const std::vector<std::int32_t>& ids) {
   std::string out = "[";
@@ -131,10 +130,12 @@ int render_chat(const std::string& tokenizer_path, const std::string& messages_p
 }
 
 int run(int argc, char** argv) {
-  std::optional<std::string> tokenizer_path, text, corpus_path, decode_ids, chat_path;
+  std::optional<std::string> tokenizer_path, text, corpus_path, decode_ids, text_file, chat_path;
   bool no_special = false, add_generation_prompt = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
+    // -m / --model is --tokenizer, -p / --prompt is --text (the llama.cpp spellings).
+    const std::string_view arg = edgellm::tools::canonical_flag(
+        argv[i], {{"--model", "--tokenizer"}, {"--prompt", "--text"}});
     const auto value = [&](std::optional<std::string>& slot) -> bool {
       if (i + 1 >= argc) return false;
       slot = argv[++i];
@@ -143,6 +144,11 @@ int run(int argc, char** argv) {
     if (arg == "-h" || arg == "--help") {
       write_stdout(kUsage);
       return 0;
+    } else if (arg == "--version") {
+      write_stdout(edgellm::tools::version_text("edgellm-tokenize"));
+      return 0;
+    } else if (arg == "--file") {
+      if (!value(text_file)) return usage_error("--file needs a file (`-` = stdin)");
     } else if (arg == "--no-special") {
       no_special = true;
     } else if (arg == "--tokenizer") {
@@ -158,15 +164,24 @@ int run(int argc, char** argv) {
     } else if (arg == "--add-generation-prompt") {
       add_generation_prompt = true;
     } else {
-      return usage_error(fmt::format("unknown argument '{}'", arg));
+      return usage_error(fmt::format("unknown argument '{}'", argv[i]));
     }
   }
   if (!tokenizer_path) return usage_error("--tokenizer is required");
   const int modes = static_cast<int>(text.has_value()) + static_cast<int>(corpus_path.has_value()) +
-                    static_cast<int>(decode_ids.has_value()) + static_cast<int>(chat_path.has_value());
-  if (modes != 1) return usage_error("give exactly one of --text, --corpus, --decode and --chat");
+                    static_cast<int>(decode_ids.has_value()) + static_cast<int>(text_file.has_value()) +
+                    static_cast<int>(chat_path.has_value());
+  if (modes != 1) return usage_error("give exactly one of --text, --file, --corpus, --decode and --chat");
   if (add_generation_prompt && !chat_path) return usage_error("--add-generation-prompt needs --chat");
   if (chat_path) return render_chat(*tokenizer_path, *chat_path, add_generation_prompt);
+  if (text_file) {
+    auto read = edgellm::tools::read_prompt_file(*text_file);
+    if (!read) {
+      fmt::print(stderr, "edgellm-tokenize: --file: {}\n", read.error().message);
+      return 1;
+    }
+    text = std::move(*read);
+  }
 
   auto tokenizer = edgellm::model::Tokenizer::load(*tokenizer_path);
   if (!tokenizer) {

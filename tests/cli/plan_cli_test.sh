@@ -38,7 +38,7 @@ expect "no model" 2 "no model" --
 expect "bad kv type" 2 "kv-type" -- --model "$model" --kv-type int4
 expect "bad budget" 2 "budget" -- --model "$model" --budget lots
 expect "shrink without a budget" 2 "needs --budget" -- --model "$model" --shrink-context-to-fit
-expect "unknown option" 2 "unknown option" -- --model "$model" --frobnicate
+expect "unknown option" 2 "unknown argument" -- --model "$model" --frobnicate
 expect "missing directory" 1 "not a directory" -- --model "$src/no-such-model"
 
 if [ $failures -ne 0 ]; then

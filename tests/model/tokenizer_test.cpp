@@ -589,15 +589,26 @@ TEST_CASE("Tokenizer handles minimal hand-written files", "[tokenizer]") {
   CHECK(t4->vocab_size() == 14);
 }
 
-TEST_CASE("Tokenizer: an added token id that sizes a table beyond memory is an error",
+TEST_CASE("Tokenizer: a vocabulary id that sizes a table beyond memory is an error",
           "[tokenizer]") {
-  // id 2^31 - 2 makes the special-flag table 2 GiB; under an address-space limit of 256 MiB
-  // above what the process maps, from_json must return out_of_memory naming the file.
+  // Ids above 2^24 - 1 are refused as corrupt before any table is sized.
+  for (const char* id : {"16777216", "2147483646"}) {
+    auto big = Tokenizer::from_json(
+        std::string(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                        "added_tokens": [{"id": )") + id + R"(, "content": "<big>"}]})",
+        "big-id.json");
+    REQUIRE_FALSE(big);
+    CHECK(big.error().code == errc::format_error);
+    CHECK_THAT(big.error().message, Contains("big-id.json") && Contains("added_tokens[0].id") &&
+                                        Contains("[0, 2^24)"));
+  }
+  // The largest id makes the id -> token table 256 MiB (16 bytes per id); under an
+  // address-space limit of 128 MiB above what the process maps, from_json must return
+  // out_of_memory naming the file and the table.
   const std::string text =
-      R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
-          "added_tokens": [{"id": 2147483646, "content": "<big>", "special": true}]})";
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 16777215}, "merges": []}})";
   const auto child = edgellm::test::run_limited(
-      edgellm::test::vm_bytes() + (std::size_t{256} << 20), [&] {
+      edgellm::test::vm_bytes() + (std::size_t{128} << 20), [&] {
         auto t = Tokenizer::from_json(text, "huge-id.json");
         if (t) return std::string("loaded");
         return std::string(edgellm::to_string(t.error().code)) + ": " + t.error().message;
@@ -609,5 +620,6 @@ TEST_CASE("Tokenizer: an added token id that sizes a table beyond memory is an e
   INFO(child.describe());
   REQUIRE(child.exited);
   CHECK_THAT(child.output, Contains("out of memory") && Contains("huge-id.json") &&
-                               Contains("2147483647 bytes"));
+                               Contains("model.vocab id table") &&
+                               Contains("268435456 bytes"));
 }

@@ -5,6 +5,7 @@
 // message naming it; the supported set is listed on Tokenizer (model/tokenizer.hpp).
 #pragma once
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/model/tokenizer/added_tokens.hpp"
@@ -26,6 +27,11 @@
 #include <vector>
 
 namespace edgellm::model::detail::tok {
+
+/// The largest token id accepted. Ids index dense tables (16 bytes per id for the id -> token
+/// view), so 2^24 ids, 64 times the largest vocabulary in use, bound them at 256 MiB; a larger
+/// id is a corrupt or lying file, refused before any table is sized.
+inline constexpr std::int64_t kMaxTokenId = (std::int64_t{1} << 24) - 1;
 
 /// What a tokenizer.json describes, parsed and checked. The Tokenizer builds its lookups (added
 /// token tries, special flags, BOS / EOS) from it.
@@ -186,9 +192,9 @@ inline status TokenizerJsonParser::parse_model(const io::json::Value& model) {
   std::int32_t max_id = -1;
   for (const io::json::Member& e : vocab->as_object()) {
     const auto id = e.value.get_int();
-    if (!id || *id < 0 || *id > std::numeric_limits<std::int32_t>::max()) {
+    if (!id || *id < 0 || *id > kMaxTokenId) {
       return fail("model.vocab[\"" + e.key + "\"]",
-                  "expected an id in [0, 2^31), got " + io::json::describe(e.value));
+                  "expected an id in [0, 2^24), got " + io::json::describe(e.value));
     }
     const auto id32 = static_cast<std::int32_t>(*id);
     if (!m.vocab.emplace(e.key, id32).second) {
@@ -196,8 +202,13 @@ inline status TokenizerJsonParser::parse_model(const io::json::Value& model) {
     }
     max_id = std::max(max_id, id32);
   }
-  m.id_to_token.assign(static_cast<std::size_t>(max_id + 1), std::string_view());
-  m.has_id.assign(static_cast<std::size_t>(max_id + 1), 0);
+  const auto ids = static_cast<std::size_t>(max_id + 1);
+  EDGELLM_TOK_TRY(edgellm::detail::try_assign(m.id_to_token, ids, std::string_view(), name_,
+                                              "model.vocab id table for " + std::to_string(ids) +
+                                                  " ids"));
+  EDGELLM_TOK_TRY(edgellm::detail::try_assign(m.has_id, ids, 0, name_,
+                                              "model.vocab id flags for " + std::to_string(ids) +
+                                                  " ids"));
   for (const auto& [token, id32] : m.vocab) {
     const auto id = static_cast<std::size_t>(id32);
     if (m.has_id[id]) {
@@ -330,8 +341,8 @@ inline status TokenizerJsonParser::parse_added_tokens(const io::json::Value* v) 
     AddedToken t;
     const io::json::Value* id = e.find("id");
     const auto idv = id ? id->get_int() : std::nullopt;
-    if (!idv || *idv < 0 || *idv > std::numeric_limits<std::int32_t>::max()) {
-      return fail(path + ".id", id ? "expected an id in [0, 2^31), got " + io::json::describe(*id)
+    if (!idv || *idv < 0 || *idv > kMaxTokenId) {
+      return fail(path + ".id", id ? "expected an id in [0, 2^24), got " + io::json::describe(*id)
                                    : std::string("missing"));
     }
     t.id = static_cast<std::int32_t>(*idv);
@@ -571,7 +582,7 @@ inline status TokenizerJsonParser::parse_post_processor(const io::json::Value& v
     }
     for (const io::json::Value& idv : ids->as_array()) {
       const auto id = idv.get_int();
-      if (!id || *id < 0 || *id > std::numeric_limits<std::int32_t>::max()) {
+      if (!id || *id < 0 || *id > kMaxTokenId) {
         return fail(path + ".special_tokens",
                     "bad id " + io::json::describe(idv) + " for \"" + name->as_string() + "\"");
       }
