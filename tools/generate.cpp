@@ -5,6 +5,7 @@
 // Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
 #include "cli.hpp"
 #include "edgellm/session.hpp"
+#include "edgellm/model/chat_template.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/split.hpp"
 #include "edgellm/model/generation_config.hpp"
@@ -71,8 +72,9 @@ prompt:
   -p, --prompt TEXT      the prompt (default: "And God said")
   -f, --file FILE        the prompt from FILE (`-` = stdin) instead of --prompt
   --prompt-ids 1,2,3     the prompt as token ids instead of text
-  --chat                 interactive chat on stdin (ChatML: <|im_start|>role ... <|im_end|>);
-                         an empty line or end of input ends it
+  --chat                 interactive chat on stdin, in the checkpoint's chat_template (ChatML,
+                         with a warning, when tokenizer_config.json has none); an empty line
+                         or end of input ends it
   --system TEXT          system message for --chat
 
 generation (the sampling defaults below give way to the checkpoint's generation_config.json
@@ -434,6 +436,23 @@ int run(const Args& a, Session& session) {
   }
 
   // Chat: the whole conversation is re-encoded each turn; the session reuses the cached prefix.
+  // The checkpoint's chat_template renders it (its bos_token is part of the text, so the
+  // tokenizer adds none, as transformers' apply_chat_template); ChatML when there is none.
+  auto found = model::ChatTemplate::find(a.model);
+  if (!found) return fail("chat template: " + found.error().message);
+  std::optional<model::ChatTemplate> chat_template = std::move(*found);
+  if (!chat_template) {
+    std::fprintf(stderr, "warning: %s has no chat_template in tokenizer_config.json; using ChatML\n",
+                 a.model.c_str());
+  } else {
+    go.add_special = false;
+    if (const auto& eos = chat_template->eos_token())
+      if (auto id = tokenizer.token_to_id(*eos)) go.stop_ids.push_back(*id);
+  }
+  const auto render = [&](const std::vector<decode::ChatMessage>& msgs) -> result<std::string> {
+    if (!chat_template) return decode::chatml_prompt(msgs);
+    return chat_template->render(msgs);
+  };
   std::vector<decode::ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});
   if (auto im_end = tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
@@ -444,7 +463,9 @@ int run(const Args& a, Session& session) {
     if (!std::getline(std::cin, line) || line.empty()) break;
     messages.push_back({"user", line});
     std::string reply;
-    auto out = session.generate(decode::chatml_prompt(messages), go,
+    auto prompt = render(messages);
+    if (!prompt) return fail(prompt.error().message);
+    auto out = session.generate(*prompt, go,
                                 [&](std::string_view piece, std::int32_t token) {
                                   reply += piece;
                                   return stream(piece, token);

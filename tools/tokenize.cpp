@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// edgellm-tokenize: encode text to token ids, or decode ids to text, with a tokenizer.json.
+// edgellm-tokenize: encode text to token ids, or decode ids to text, with a tokenizer.json; or
+// show the prompt a checkpoint's chat template makes of a conversation.
 #include "cli.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
+#include "edgellm/model/chat_template.hpp"
 #include "edgellm/model/tokenizer.hpp"
 
 #include <fmt/format.h>
@@ -10,6 +12,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +22,7 @@ namespace {
 
 constexpr const char* kUsage =
     R"(usage: edgellm-tokenize --tokenizer PATH (--text STR | --corpus FILE | --decode IDS) [options]
+       edgellm-tokenize --tokenizer DIR --chat MESSAGES.json [--add-generation-prompt]
 
 Encodes text with a Hugging Face tokenizer.json (BPE: Qwen2, Llama-2/3, GPT-2 style) and prints
 the token ids as JSON, or decodes ids back to text.
@@ -30,6 +34,11 @@ the token ids as JSON, or decodes ids back to text.
                      of lists, one line per string
   --decode IDS       decode IDS, ids separated by commas and/or spaces ("1,2,3", "[1, 2, 3]");
                      prints the text
+  --chat FILE        render FILE, a JSON list of messages [{"role": ..., "content": ...}, ...],
+                     with the chat_template of DIR/tokenizer_config.json (ChatML, with a
+                     warning, when there is none); prints the prompt as one JSON string
+  --add-generation-prompt
+                     --chat: end with the header of the assistant's turn
   --no-special       encoding: add no BOS/EOS template tokens and treat special-token text
                      such as <|im_start|> as plain text; decoding: drop special tokens
   -h, --help         show this help
@@ -83,9 +92,46 @@ std::optional<std::vector<std::int32_t>> parse_ids(std::string_view s, std::stri
 // (tools::finish_stdout).
 void write_stdout(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
+/// --chat: the rendered prompt as a JSON string. The template comes from tokenizer_config.json
+/// beside the tokenizer; without one, ChatML (what edgellm-generate --chat falls back to).
+int render_chat(const std::string& tokenizer_path, const std::string& messages_path, bool add_generation_prompt) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string dir =
+      fs::is_directory(tokenizer_path, ec) ? tokenizer_path : fs::path(tokenizer_path).parent_path().string();
+  const auto fail = [](const std::string& msg) {
+    fmt::print(stderr, "edgellm-tokenize: {}\n", msg);
+    return 1;
+  };
+  auto text = edgellm::io::read_text_file(messages_path, edgellm::io::kMaxConfigJsonBytes);
+  if (!text) return fail(text.error().message);
+  auto messages = edgellm::io::json::parse(*text, messages_path);
+  if (!messages) return fail(messages.error().message);
+  auto tmpl = edgellm::model::ChatTemplate::find(dir.empty() ? std::string(".") : dir);
+  if (!tmpl) return fail(tmpl.error().message);
+  edgellm::model::ChatRenderOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  std::string prompt;
+  if (*tmpl) {
+    auto out = (*tmpl)->render_json(*messages, options);
+    if (!out) return fail(out.error().message);
+    prompt = std::move(*out);
+  } else {
+    fmt::print(stderr, "edgellm-tokenize: warning: no chat_template in {}/tokenizer_config.json; using ChatML\n",
+               dir.empty() ? "." : dir);
+    auto chatml = edgellm::model::ChatTemplate::parse(edgellm::model::kChatMLTemplate, "ChatML");
+    if (!chatml) return fail(chatml.error().message);
+    auto out = chatml->render_json(*messages, options);
+    if (!out) return fail(out.error().message);
+    prompt = std::move(*out);
+  }
+  write_stdout(edgellm::io::json::escape(prompt) + "\n");
+  return 0;
+}
+
 int run(int argc, char** argv) {
-  std::optional<std::string> tokenizer_path, text, corpus_path, decode_ids, text_file;
-  bool no_special = false;
+  std::optional<std::string> tokenizer_path, text, corpus_path, decode_ids, text_file, chat_path;
+  bool no_special = false, add_generation_prompt = false;
   for (int i = 1; i < argc; ++i) {
     // -m / --model is --tokenizer, -p / --prompt is --text (the llama.cpp spellings).
     const std::string_view arg = edgellm::tools::canonical_flag(
@@ -113,14 +159,21 @@ int run(int argc, char** argv) {
       if (!value(corpus_path)) return usage_error("--corpus needs a file");
     } else if (arg == "--decode") {
       if (!value(decode_ids)) return usage_error("--decode needs a list of ids");
+    } else if (arg == "--chat") {
+      if (!value(chat_path)) return usage_error("--chat needs a file of messages");
+    } else if (arg == "--add-generation-prompt") {
+      add_generation_prompt = true;
     } else {
       return usage_error(fmt::format("unknown argument '{}'", argv[i]));
     }
   }
   if (!tokenizer_path) return usage_error("--tokenizer is required");
   const int modes = static_cast<int>(text.has_value()) + static_cast<int>(corpus_path.has_value()) +
-                    static_cast<int>(decode_ids.has_value()) + static_cast<int>(text_file.has_value());
-  if (modes != 1) return usage_error("give exactly one of --text, --file, --corpus and --decode");
+                    static_cast<int>(decode_ids.has_value()) + static_cast<int>(text_file.has_value()) +
+                    static_cast<int>(chat_path.has_value());
+  if (modes != 1) return usage_error("give exactly one of --text, --file, --corpus, --decode and --chat");
+  if (add_generation_prompt && !chat_path) return usage_error("--add-generation-prompt needs --chat");
+  if (chat_path) return render_chat(*tokenizer_path, *chat_path, add_generation_prompt);
   if (text_file) {
     auto read = edgellm::tools::read_prompt_file(*text_file);
     if (!read) {

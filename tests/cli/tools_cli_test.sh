@@ -36,5 +36,27 @@ if [ -e /dev/full ]; then
 fi
 expect "tokenize with stdout closed" 1 "error writing to stdout" -- bash -c "\"$tokenize\" --tokenizer \"$model\" --text hello >&-"
 
+# --chat: the checkpoint's chat_template (here Llama 3's, from the fixtures), the ChatML fallback
+# with a warning, the template's own error, a usage error.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf '[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]\n' >"$tmp/chat.json"
+printf '[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]\n' >"$tmp/bad.json"
+mkdir -p "$tmp/llama3" "$tmp/gemma3"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); json.dump({"chat_template": d["chat_template"], "bos_token": d["bos_token"]}, open(sys.argv[2], "w"))' \
+  "$3/tests/data/chat_templates/llama3.json" "$tmp/llama3/tokenizer_config.json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); json.dump({"chat_template": d["chat_template"], "bos_token": d["bos_token"]}, open(sys.argv[2], "w"))' \
+  "$3/tests/data/chat_templates/gemma3.json" "$tmp/gemma3/tokenizer_config.json"
+want='"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"'
+if [ "$("$tokenize" --tokenizer "$tmp/llama3" --chat "$tmp/chat.json" --add-generation-prompt)" = "$want" ]; then
+  echo "ok   tokenize --chat renders the chat_template"
+else
+  echo "FAIL tokenize --chat renders the chat_template"
+  failures=$((failures + 1))
+fi
+expect "tokenize --chat without a template" 0 "no chat_template .* using ChatML" -- "$tokenize" --tokenizer "$model" --chat "$tmp/chat.json"
+expect "tokenize --chat, roles not alternating" 1 "line 19, column 12: the template raised an exception: Conversation roles must alternate" -- "$tokenize" --tokenizer "$tmp/gemma3" --chat "$tmp/bad.json"
+expect "tokenize --add-generation-prompt without --chat" 2 "needs --chat" -- "$tokenize" --tokenizer "$model" --text hi --add-generation-prompt
+
 echo "$failures failure(s)"
 [ $failures = 0 ]

@@ -7,6 +7,7 @@
 #include "edgellm/decode/model.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/model/chat_message.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/result.hpp"
 
@@ -252,11 +253,8 @@ result<GenerateStats> generate(Source& source, Sampler& sampler, const model::To
   }
 }
 
-/// One message of a chat.
-struct ChatMessage {
-  std::string role;  ///< "system", "user" or "assistant"
-  std::string content;
-};
+/// One message of a chat (model/chat_message.hpp).
+using ChatMessage = model::ChatMessage;
 
 /// Qwen2's ChatML prompt:  <|im_start|>{role}\n{content}<|im_end|>\n ... then, with
 /// `add_generation_prompt`, "<|im_start|>assistant\n". Encode the result with parse_special so
