@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # name and -max_len: inputs up to 1 MiB where whole files are fuzzed (as tests/fuzz/CMakeLists.txt)
 all_targets=(safetensors_header tokenizer_json tokenizer_roundtrip sharded_index prompt_cache
-             packed_cache checkpoint_dir)
+             packed_cache checkpoint_dir chat_template)
 max_len() {
   case "$1" in safetensors_header|tokenizer_roundtrip) echo 65536 ;; *) echo 1048576 ;; esac
 }

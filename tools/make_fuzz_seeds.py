@@ -24,9 +24,12 @@ TOKENIZERS = ["gpt2_bytelevel", "llama3_bytelevel_pairs", "qwen2_bytelevel",
 
 
 def fresh(target):
+    """Empties corpus/<target>/, keeping regression_* files (inputs that once found a bug)."""
     d = os.path.join(CORPUS, target)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        if not f.startswith("regression_"):
+            os.remove(os.path.join(d, f))
     return d
 
 
@@ -86,6 +89,14 @@ def main():
           frame(3, tok))
     md = os.path.join(DATA, "model", "qwen2-awq-gemm")  # no weights: small, reaches the errors
     write(d, "qwen2-no-weights", frame(0, read(md, "config.json")) + frame(3, tok))
+
+    # chat_template: byte 0 = options (bit 0 add_generation_prompt, then the conversation), the
+    # rest a real template from tests/data/chat_templates.
+    d = fresh("chat_template")
+    tdir = os.path.join(DATA, "chat_templates")
+    for i, f in enumerate(sorted(x for x in os.listdir(tdir) if x.endswith(".json"))):
+        fixture = json.load(open(os.path.join(tdir, f), encoding="utf-8"))
+        write(d, f[:-5] + ".jinja", bytes([(i * 2 + 1) % 6]) + fixture["chat_template"].encode())
 
     if args.bin_dir:
         for t in ["prompt_cache", "packed_cache"]:

@@ -237,6 +237,11 @@ TEST_CASE("Chat template errors name the construct and its line:column", "[chat_
     REQUIRE(loops.has_value());
     CHECK(loops->render({}, few).error().code == errc::capacity_exceeded);
     CHECK(ChatTemplate::parse("{{ range(5000) | length }}")->render({}, few).error().code == errc::capacity_exceeded);
+    // Lists that double each iteration stop at the iteration limit, not at the memory's end.
+    CHECK(render_error("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}")
+              .code == errc::capacity_exceeded);
+    CHECK(render_error("{% set ns = namespace(l=[1, 2]) %}{% for i in range(64) %}{% set ns.l = ns.l * 2 %}{% endfor %}")
+              .code == errc::capacity_exceeded);
   }
 }
 

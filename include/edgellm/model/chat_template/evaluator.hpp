@@ -473,6 +473,10 @@ class Evaluator {
         return Value::string(std::move(s));
       }
       if (a.is_list() && b.is_list()) {
+        if (a.as_list().size() + b.as_list().size() > limits_.max_iterations) {
+          fail(errc::capacity_exceeded, e.pos, "a list longer than the iteration limit");
+          return {};
+        }
         List xs = a.as_list();
         xs.insert(xs.end(), b.as_list().begin(), b.as_list().end());
         return Value::list(std::move(xs));
@@ -482,7 +486,8 @@ class Evaluator {
       const Value& seq = a.is_int() ? b : a;
       const std::int64_t n = std::max<std::int64_t>(0, (a.is_int() ? a : b).as_int());
       const std::size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
-      if (unit != 0 && static_cast<std::size_t>(n) > limits_.max_output_bytes / unit) {
+      const std::size_t cap = seq.is_string() ? limits_.max_output_bytes : limits_.max_iterations;
+      if (unit != 0 && static_cast<std::size_t>(n) > cap / unit) {
         fail(errc::capacity_exceeded, e.pos, "a repetition longer than the output limit");
         return {};
       }
