@@ -227,7 +227,7 @@ struct SessionOptions {
   bool prompt_lookup = false;
   /// Draft length and adaptive mode, with `draft` or `prompt_lookup`.
   decode::SpeculativeOptions speculative{};
-  /// Memory budget of this session (plan.hpp): its KV cache for the whole context and its
+  /// Memory budget of this Session (plan.hpp): its KV cache for the whole context and its
   /// scratch (a draft model's included), the Engine's weights excluded. When set, create()
   /// refuses before allocating when the plan exceeds it, or with shrink_context_to_fit takes
   /// the largest context that fits (Session::memory_note() says so).
@@ -421,7 +421,7 @@ class Session {
   std::size_t context_size() const noexcept {
     return std::visit([](const auto& core) { return core->target.context_size(); }, core_);
   }
-  /// Bytes of this session's model state (KV cache, scratch), the shared weights excluded.
+  /// Bytes of this Session's model state (KV cache, scratch), the shared weights excluded.
   std::size_t bytes() const noexcept {
     return std::visit([](const auto& core) { return core->target.bytes(); }, core_);
   }
@@ -539,7 +539,7 @@ class Session {
     return to;
   }
 
-  // The plan of this session's memory (plan_session) over the Engine's weights.
+  // The plan of this Session's memory (plan_session) over the Engine's weights.
   SessionPlan session_plan(std::size_t context_size) const {
     const auto weights_plan = [](const Engine& e) {
       WeightsPlan w;
