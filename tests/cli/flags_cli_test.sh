@@ -10,31 +10,11 @@ src=$2
 model="$src/models/kjv-draft-awq"  # the smallest bundled model keeps this fast
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 version=$(sed -nE 's/^#define EDGELLM_VERSION_(MAJOR|MINOR|PATCH) +([0-9]+).*/\2/p' \
   "$src/include/edgellm/config.hpp" | paste -sd.)
 
-ok() { echo "ok   $1"; }
-fail() {
-  echo "FAIL $1"
-  [ $# -gt 1 ] && printf '%s\n' "$2" | head -10 | sed 's/^/     /'
-  failures=$((failures + 1))
-}
 
-# expect NAME WANT_RC PATTERN -- CMD...: runs CMD (stdin empty), checks the exit code and that
-# stdout+stderr match PATTERN (grep -E).
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$(timeout 60 "$@" 2>&1 </dev/null)
-  rc=$?
-  if [ "$rc" = "$want" ] && printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
-    ok "$name"
-  else
-    fail "$name (exit $rc, wanted $want and /$pattern/)" "$out"
-  fi
-}
 
 # same NAME -- CMD_A... -- CMD_B...: both exit 0 with the same stdout.
 same() {
@@ -131,5 +111,4 @@ same "plan -m -c -t" \
   -- "$bin/edgellm-plan" -m "$model" -c 64 -t 2 \
   -- "$bin/edgellm-plan" --model "$model" --context 64 --threads 2
 
-echo "$failures failure(s)"
-[ $failures = 0 ]
+finish

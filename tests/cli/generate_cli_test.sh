@@ -9,42 +9,19 @@ src=$2
 model="$src/models/kjv-draft-awq"  # the smallest bundled model keeps this fast
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# expect NAME WANT_RC PATTERN -- ARGS...: runs BIN ARGS, checks the exit code (any non-zero for
-# "nz") and that stderr+stdout match PATTERN (grep -E).
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$(timeout 120 "$bin" "$@" 2>&1 </dev/null)
-  rc=$?
-  local ok=1
-  if [ "$want" = nz ]; then
-    { [ $rc -ne 0 ] && [ $rc -lt 128 ]; } || ok=0
-  else
-    [ $rc -eq "$want" ] || ok=0
-  fi
-  printf '%s\n' "$out" | grep -Eq -- "$pattern" || ok=0
-  if [ $ok = 1 ]; then
-    echo "ok   $name"
-  else
-    echo "FAIL $name (exit $rc, wanted $want and /$pattern/):"
-    printf '%s\n' "$out" | head -20 | sed 's/^/     /'
-    failures=$((failures + 1))
-  fi
-}
 
-expect "help" 0 "--kv-type" -- --help
-expect "default bundled model" 0 "tok/s" -- -n 24 --seed 3
-expect "fp16 checkpoint, greedy" 0 "generated" -- --model "$src/models/kjv-target-fp16" --greedy -n 8
-expect "missing model dir" 1 "not a directory" -- --model "$tmp/nope"
-expect "-n 0" nz "must be > 0" -- --model "$model" -n 0
-expect "empty prompt" 1 "empty" -- --model "$model" --prompt ""
-expect "invalid UTF-8 prompt" 1 "UTF-8" -- --model "$model" --prompt $'bad \xff byte'
-expect "token id out of range" 1 "outside|out of range|vocab" -- --model "$model" --prompt-ids 1,2,999999
-expect "bad number" 2 "not a number" -- --model "$model" --temperature hot
-expect "unknown flag" 2 "unknown argument" -- --model "$model" --frobnicate
+expect "help" 0 "--kv-type" -- "$bin" --help
+expect "default bundled model" 0 "tok/s" -- "$bin" -n 24 --seed 3
+expect "fp16 checkpoint, greedy" 0 "generated" -- "$bin" --model "$src/models/kjv-target-fp16" --greedy -n 8
+expect "missing model dir" 1 "not a directory" -- "$bin" --model "$tmp/nope"
+expect "-n 0" nz "must be > 0" -- "$bin" --model "$model" -n 0
+expect "empty prompt" 1 "empty" -- "$bin" --model "$model" --prompt ""
+expect "invalid UTF-8 prompt" 1 "UTF-8" -- "$bin" --model "$model" --prompt $'bad \xff byte'
+expect "token id out of range" 1 "outside|out of range|vocab" -- "$bin" --model "$model" --prompt-ids 1,2,999999
+expect "bad number" 2 "not a number" -- "$bin" --model "$model" --temperature hot
+expect "unknown flag" 2 "unknown argument" -- "$bin" --model "$model" --frobnicate
 
 # Broken tokenizer.json files next to a good checkpoint.
 broken() {
@@ -69,11 +46,11 @@ PY
 broken truncated truncated
 broken unknown unknown-model
 broken nomerges no-merges
-expect "truncated tokenizer.json" 1 "tokenizer.json" -- --model "$tmp/truncated"
-expect "unknown tokenizer model type" 1 "WordPiece" -- --model "$tmp/unknown"
-expect "tokenizer.json without merges" 1 "merges" -- --model "$tmp/nomerges"
+expect "truncated tokenizer.json" 1 "tokenizer.json" -- "$bin" --model "$tmp/truncated"
+expect "unknown tokenizer model type" 1 "WordPiece" -- "$bin" --model "$tmp/unknown"
+expect "tokenizer.json without merges" 1 "merges" -- "$bin" --model "$tmp/nomerges"
 mkdir -p "$tmp/notok" && cp "$model"/config.json "$model"/model.safetensors "$tmp/notok/"
-expect "no tokenizer.json" 1 "tokenizer.json" -- --model "$tmp/notok"
+expect "no tokenizer.json" 1 "tokenizer.json" -- "$bin" --model "$tmp/notok"
 
 # Same seed, same text; --print-ids prints JSON.
 a=$("$bin" --model "$model" -n 16 --seed 42 --print-ids 2>/dev/null)
@@ -107,15 +84,15 @@ else
   failures=$((failures + 1))
 fi
 for kv in f32 f16 int8; do
-  expect "--kv-type $kv" 0 "generated" -- --model "$model" --kv-type $kv -n 4
+  expect "--kv-type $kv" 0 "generated" -- "$bin" --model "$model" --kv-type $kv -n 4
 done
-expect "bad --kv-type" 2 "int8" -- --model "$model" --kv-type q3
-expect "prompt cache of another model" 1 "another model" -- --model "$src/models/kjv-target-awq" --prompt "x" --prompt-cache "$tmp/pc.bin"
+expect "bad --kv-type" 2 "int8" -- "$bin" --model "$model" --kv-type q3
+expect "prompt cache of another model" 1 "another model" -- "$bin" --model "$src/models/kjv-target-awq" --prompt "x" --prompt-cache "$tmp/pc.bin"
 head -c 200 "$tmp/pc.bin" > "$tmp/pc_short.bin"
-expect "truncated prompt cache" 1 "pc_short.bin" -- --model "$model" --prompt "x" --prompt-cache "$tmp/pc_short.bin"
+expect "truncated prompt cache" 1 "pc_short.bin" -- "$bin" --model "$model" --prompt "x" --prompt-cache "$tmp/pc_short.bin"
 cp "$tmp/pc.bin" "$tmp/pc_flip.bin"
 printf '\x55' | dd of="$tmp/pc_flip.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
-expect "corrupted prompt cache" 1 "checksum|corrupt" -- --model "$model" --prompt "x" --prompt-cache "$tmp/pc_flip.bin"
+expect "corrupted prompt cache" 1 "checksum|corrupt" -- "$bin" --model "$model" --prompt "x" --prompt-cache "$tmp/pc_flip.bin"
 
 # Speculative decoding: greedy output identical to plain decoding with either draft.
 target="$src/models/kjv-target-awq"
@@ -130,26 +107,26 @@ for d in "--draft $model" "--draft lookup" "--draft $model --adaptive" "--draft 
     failures=$((failures + 1))
   fi
 done
-expect "draft with another vocabulary" 1 "vocab" -- --model "$target" --draft "$src/tests/data/model/llama-fp16" -n 4
-expect "-k 0" 2 "not a number in" -- --model "$target" --draft lookup -k 0
+expect "draft with another vocabulary" 1 "vocab" -- "$bin" --model "$target" --draft "$src/tests/data/model/llama-fp16" -n 4
+expect "-k 0" 2 "not a number in" -- "$bin" --model "$target" --draft lookup -k 0
 
 # Bad inputs (docs/bad_inputs.md): each refused at once with a message naming the path or flag.
 mkfifo "$tmp/fifo"
 for f in /dev/zero /dev/full "$tmp/fifo" "$tmp"; do
   [ -e "$f" ] || continue
-  expect "--prompt-cache $f" 1 "not a regular file" -- --model "$model" --prompt x -n 2 --prompt-cache "$f"
+  expect "--prompt-cache $f" 1 "not a regular file" -- "$bin" --model "$model" --prompt x -n 2 --prompt-cache "$f"
 done
 for t in nan inf -1 -inf; do
-  expect "--temperature $t" 2 "not a number" -- --model "$model" --temperature "$t"
+  expect "--temperature $t" 2 "not a number" -- "$bin" --model "$model" --temperature "$t"
 done
-expect "--top-p nan" 2 "not a number" -- --model "$model" --top-p nan
-expect "--threads 100000" 2 "--threads: 100000 is not in" -- --model "$model" --threads 100000
-expect "--threads 0" 2 "not a number in" -- --model "$model" --threads 0
+expect "--top-p nan" 2 "not a number" -- "$bin" --model "$model" --top-p nan
+expect "--threads 100000" 2 "--threads: 100000 is not in" -- "$bin" --model "$model" --threads 100000
+expect "--threads 0" 2 "not a number in" -- "$bin" --model "$model" --threads 0
 hw=$(nproc)
-expect "--threads beyond the hardware warns" 0 "warning: --threads $((hw + 1)) is more than" -- --model "$model" -n 2 --threads $((hw + 1))
-expect "--context above max_position_embeddings" 2 "above the model's max_position_embeddings 2048" -- --model "$model" --context 4096
-expect "--context above it with --force-context" 0 "generated" -- --model "$model" --context 4096 --force-context -n 2
-expect "--force without --packed-cache FILE" 2 "--force: only with --packed-cache FILE" -- --model "$model" --force
+expect "--threads beyond the hardware warns" 0 "warning: --threads $((hw + 1)) is more than" -- "$bin" --model "$model" -n 2 --threads $((hw + 1))
+expect "--context above max_position_embeddings" 2 "above the model's max_position_embeddings 2048" -- "$bin" --model "$model" --context 4096
+expect "--context above it with --force-context" 0 "generated" -- "$bin" --model "$model" --context 4096 --force-context -n 2
+expect "--force without --packed-cache FILE" 2 "--force: only with --packed-cache FILE" -- "$bin" --model "$model" --force
 
 # A prompt longer than the context: refused before anything reaches stdout.
 long=$(printf 'And God said, Let there be light. %.0s' $(seq 1 20))
@@ -186,15 +163,14 @@ fi
 # A config.json with fewer layers than the checkpoint: an error naming the unused tensors.
 mkdir -p "$tmp/fewer" && cp "$model"/* "$tmp/fewer/"
 sed -i 's/"num_hidden_layers": 4/"num_hidden_layers": 3/' "$tmp/fewer/config.json"
-expect "config with fewer layers than the checkpoint" 1 "not used by its config.json.*model\.layers\.3\." -- --model "$tmp/fewer" -n 2
-expect "... loaded with --allow-extra-tensors" 0 "generated" -- --model "$tmp/fewer" -n 2 --allow-extra-tensors
+expect "config with fewer layers than the checkpoint" 1 "not used by its config.json.*model\.layers\.3\." -- "$bin" --model "$tmp/fewer" -n 2
+expect "... loaded with --allow-extra-tensors" 0 "generated" -- "$bin" --model "$tmp/fewer" -n 2 --allow-extra-tensors
 
 # An explicit --packed-cache FILE that is not ours is left alone unless --force.
 printf 'my notes' > "$tmp/notes.bin"
-expect "--packed-cache on another file" 0 "not overwritten.*--force" -- --model "$model" -n 2 --packed-cache "$tmp/notes.bin"
+expect "--packed-cache on another file" 0 "not overwritten.*--force" -- "$bin" --model "$model" -n 2 --packed-cache "$tmp/notes.bin"
 if [ "$(cat "$tmp/notes.bin")" = "my notes" ]; then echo "ok   ... the file is unchanged"; else echo "FAIL ... the file was changed"; failures=$((failures + 1)); fi
-expect "--packed-cache on another file with --force" 0 "wrote" -- --model "$model" -n 2 --packed-cache "$tmp/notes.bin" --force
-expect "... then it is ours" 0 "mapped from" -- --model "$model" -n 2 --packed-cache "$tmp/notes.bin"
+expect "--packed-cache on another file with --force" 0 "wrote" -- "$bin" --model "$model" -n 2 --packed-cache "$tmp/notes.bin" --force
+expect "... then it is ours" 0 "mapped from" -- "$bin" --model "$model" -n 2 --packed-cache "$tmp/notes.bin"
 
-echo "$failures failure(s)"
-[ $failures = 0 ]
+finish

@@ -7,41 +7,22 @@ set -uo pipefail
 bin=$1
 src=$2
 model="$src/models/kjv-target-awq"
-failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# expect NAME WANT_RC PATTERN -- ARGS...: runs BIN ARGS, checks the exit code and that
-# stdout+stderr match PATTERN (grep -E).
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$("$bin" "$@" 2>&1 </dev/null)
-  rc=$?
-  if [ $rc -eq "$want" ] && printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
-    echo "ok   $name"
-  else
-    echo "FAIL $name (exit $rc, wanted $want and /$pattern/):"
-    printf '%s\n' "$out" | head -20 | sed 's/^/     /'
-    failures=$((failures + 1))
-  fi
-}
 
-expect "help" 0 "--budget" -- --help
-expect "json plan" 0 '"peak_bytes":[0-9]+' -- --model "$model" --context 512
-expect "kv type and context in the plan" 0 '"context_size":512,"kv_type":"f16"' -- --model "$model" --context 512 --kv-type f16
-expect "a budget that fits" 0 '"fits":true' -- --model "$model" --budget 1GiB
-expect "a budget below the plan refuses" 1 'needs .* MiB .*budget 1.0 MiB' -- --model "$model" --budget 1MiB
-expect "shrink the context to fit" 0 '"shrunk":true' -- --model "$model" --context 2048 --budget 11MiB --shrink-context-to-fit
-expect "a fraction of the available memory" 0 '"fits":true' -- --model "$model" --budget 50% --meminfo "$src/tests/data/meminfo/linux-6.1.txt"
-expect "text format" 0 'needs .* MiB \(weights' -- --model "$model" --format text
-expect "no model" 2 "no model" --
-expect "bad kv type" 2 "kv-type" -- --model "$model" --kv-type int4
-expect "bad budget" 2 "budget" -- --model "$model" --budget lots
-expect "shrink without a budget" 2 "needs --budget" -- --model "$model" --shrink-context-to-fit
-expect "unknown option" 2 "unknown argument" -- --model "$model" --frobnicate
-expect "missing directory" 1 "not a directory" -- --model "$src/no-such-model"
+expect "help" 0 "--budget" -- "$bin" --help
+expect "json plan" 0 '"peak_bytes":[0-9]+' -- "$bin" --model "$model" --context 512
+expect "kv type and context in the plan" 0 '"context_size":512,"kv_type":"f16"' -- "$bin" --model "$model" --context 512 --kv-type f16
+expect "a budget that fits" 0 '"fits":true' -- "$bin" --model "$model" --budget 1GiB
+expect "a budget below the plan refuses" 1 'needs .* MiB .*budget 1.0 MiB' -- "$bin" --model "$model" --budget 1MiB
+expect "shrink the context to fit" 0 '"shrunk":true' -- "$bin" --model "$model" --context 2048 --budget 11MiB --shrink-context-to-fit
+expect "a fraction of the available memory" 0 '"fits":true' -- "$bin" --model "$model" --budget 50% --meminfo "$src/tests/data/meminfo/linux-6.1.txt"
+expect "text format" 0 'needs .* MiB \(weights' -- "$bin" --model "$model" --format text
+expect "no model" 2 "no model" -- "$bin"
+expect "bad kv type" 2 "kv-type" -- "$bin" --model "$model" --kv-type int4
+expect "bad budget" 2 "budget" -- "$bin" --model "$model" --budget lots
+expect "shrink without a budget" 2 "needs --budget" -- "$bin" --model "$model" --shrink-context-to-fit
+expect "unknown option" 2 "unknown argument" -- "$bin" --model "$model" --frobnicate
+expect "missing directory" 1 "not a directory" -- "$bin" --model "$src/no-such-model"
 
-if [ $failures -ne 0 ]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
+finish

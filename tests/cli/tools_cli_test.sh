@@ -8,24 +8,9 @@ set -uo pipefail
 logits=$1
 tokenize=$2
 model="$3/models/kjv-draft-awq"
-failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+EXPECT_STREAM=stderr  # the tools' messages; stdout is their data
 
-# expect NAME WANT_RC PATTERN -- CMD...: runs CMD (stdin empty, stdout as the caller left it),
-# checks the exit code and that stderr matches PATTERN (grep -E).
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local err rc
-  err=$( { timeout 60 "$@" </dev/null 2>&1 1>&3 3>&-; } 3>/dev/null)
-  rc=$?
-  if [ "$rc" = "$want" ] && printf '%s\n' "$err" | grep -Eq -- "$pattern"; then
-    echo "ok   $name"
-  else
-    echo "FAIL $name (exit $rc, wanted $want and /$pattern/):"
-    printf '%s\n' "$err" | head -10 | sed 's/^/     /'
-    failures=$((failures + 1))
-  fi
-}
 
 expect "logits --threads 100000" 2 "--threads: 100000 is not in" -- "$logits" --model "$model" --ids 1,2 --out - --threads 100000
 expect "logits --allow-extra-tensors is a flag" 0 "" -- "$logits" --model "$model" --ids 1,2 --out - --allow-extra-tensors
@@ -58,5 +43,4 @@ expect "tokenize --chat without a template" 0 "no chat_template .* using ChatML"
 expect "tokenize --chat, roles not alternating" 1 "line 19, column 12: the template raised an exception: Conversation roles must alternate" -- "$tokenize" --tokenizer "$tmp/gemma3" --chat "$tmp/bad.json"
 expect "tokenize --add-generation-prompt without --chat" 2 "needs --chat" -- "$tokenize" --tokenizer "$model" --text hi --add-generation-prompt
 
-echo "$failures failure(s)"
-[ $failures = 0 ]
+finish
