@@ -10,12 +10,12 @@
 
 #include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/io/json.hpp"
-#include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/chat_message.hpp"
 #include "edgellm/model/chat_template/evaluator.hpp"
 #include "edgellm/model/chat_template/lexer.hpp"
 #include "edgellm/model/chat_template/parser.hpp"
 #include "edgellm/model/chat_template/value.hpp"
+#include "edgellm/model/config_json.hpp"
 #include "edgellm/result.hpp"
 
 #include <cstddef>
@@ -120,9 +120,7 @@ inline result<std::optional<ChatTemplate>> ChatTemplate::find(const std::string&
       file = (fs::path(path) / "tokenizer_config.json").string();
       if (!fs::exists(file, ec)) return std::optional<ChatTemplate>{};
     }
-    auto text = io::read_text_file(file, io::kMaxConfigJsonBytes);
-    if (!text) return text.error();
-    auto doc = io::json::parse(*text, file);
+    auto doc = detail::read_json_file(file);
     if (!doc) return doc.error();
     const io::json::Object* root = doc->get_object();
     if (root == nullptr)
