@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 start=$SECONDS
-bash scripts/setup.sh || { echo "test.sh: setup failed"; echo "test.sh: 0 passed, 1 failed"; exit 1; }
+bash scripts/setup.sh --test || { echo "test.sh: setup failed"; echo "test.sh: 0 passed, 1 failed"; exit 1; }
 
 # Ninja when available (scripts/setup.sh installs it); an existing build tree keeps its own.
 if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null 2>&1; then
@@ -93,7 +93,7 @@ static_smoke() {
 }
 
 for preset in "${presets[@]}"; do
-  if stage "${preset} configure" cmake --preset "$preset" &&
+  if stage "${preset} configure" cmake --preset "$preset" -DEDGELLM_REQUIRE_TESTS=ON &&
      stage "${preset} build" cmake --build --preset "$preset"; then
     if [ "$preset" = aarch64-static ]; then  # no tests in this build: run the binaries
       if stage "${preset} run" static_smoke "$preset"; then
