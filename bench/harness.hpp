@@ -403,7 +403,7 @@ inline std::vector<field> default_metadata() {
       {"compiler", std::move(compiler)},
       {"build_type", EDGELLM_BUILD_TYPE},
       {"flags", EDGELLM_BUILD_FLAGS},
-      {"isa", xsimd::default_arch::name()},
+      {"simd", xsimd::default_arch::name()},  // the exact path's, fixed at compile time
       {"microkernel", edgellm::kernels::isa_name(edgellm::kernels::best_isa())},
       {"features", features.empty() ? std::string("none") : features},
       {"cpu", cpu_model()},

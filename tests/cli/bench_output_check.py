@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 
-METADATA = ["edgellm", "git_sha", "compiler", "build_type", "flags", "isa", "microkernel", "cpu",
+METADATA = ["edgellm", "git_sha", "compiler", "build_type", "flags", "simd", "microkernel", "cpu",
             "hardware_threads", "date"]
 
 
