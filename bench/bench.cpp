@@ -205,8 +205,10 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
                 threads, P, pp_tps.median, N, tg_tps.median, roofline, membw);
     out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps.median, tg_tps.mean,
              tg_tps.stddev, ttft.median, ttft.mean, ttft.stddev, mb,
-             static_cast<long long>(bench::peak_rss_bytes()), membw > 0 ? bench::value(membw) : bench::value(),
-             roofline_applies ? bench::value(roofline) : bench::value(), weights_state, bench::null});
+             static_cast<long long>(bench::peak_rss_bytes()),
+             membw > 0 ? bench::value(membw) : bench::value(),
+             roofline_applies ? bench::value(roofline) : bench::value(), weights_state,
+             bench::null});
     // start16: from the start of loading to the first token of the 16-token prompt (load time
     // plus that prefill; mlock excluded), the figure an app sees at launch.
     const double start_ms = load_s * 1e3 + ttft_ms;

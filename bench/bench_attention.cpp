@@ -6,12 +6,13 @@
 // A decode step reads every layer's cache once, so a rep attends one query (at position
 // context - 1) in every layer of a cache holding `context` positions per layer: the working
 // set is the whole multi-layer cache (0.1-2 GB), not one layer's, which would sit in the CPU
-// cache. median_us (and p10, p90, mean, stddev, min) is per layer (the rep's median / layers). kv_bytes: bytes of K/V (scales
-// included) that one layer's step reads, i.e. context positions of every kv head; gbps =
-// kv_bytes / median time per layer; membw_gbps: the read bandwidth this binary measures with
-// the same thread count (pct_membw = gbps / membw_gbps); speedup_vs_f16: the f16 row's median
-// over this row's, same model, context and threads (types are measured in turn in the same
-// run; null without an f16 row). The cache memory is mlocked when RLIMIT_MEMLOCK allows (`cache` column).
+// cache. median_us (and p10, p90, mean, stddev, min) is per layer (the rep's figure / layers).
+// kv_bytes: bytes of K/V (scales included) that one layer's step reads, i.e. context positions
+// of every kv head; gbps = kv_bytes / median time per layer; membw_gbps: the read bandwidth this
+// binary measures with the same thread count (pct_membw = gbps / membw_gbps); speedup_vs_f16:
+// the f16 row's median over this row's, same model, context and threads (types are measured in
+// turn in the same run; null without an f16 row). The cache memory is mlocked when
+// RLIMIT_MEMLOCK allows (`cache` column).
 #include <xsimd/xsimd.hpp>
 
 #include <cstdint>

@@ -337,7 +337,8 @@ inline double measure_read_bandwidth_gbps(int threads, std::size_t bytes_per_thr
 /// the C library knows (glibc's sysconf, from cpuid on x86); 0 when unknown.
 inline std::size_t last_level_cache_bytes() {
   if (const std::size_t b = edgellm::detail::last_level_cache_bytes(); b != 0) return b;
-#if defined(_SC_LEVEL4_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+#if defined(_SC_LEVEL4_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE) && \
+    defined(_SC_LEVEL2_CACHE_SIZE)
   for (const int name : {_SC_LEVEL4_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
     if (const long b = ::sysconf(name); b > 0) return static_cast<std::size_t>(b);
   }

@@ -39,8 +39,8 @@ inline constexpr null_t null{};
 struct value {
   std::variant<std::monostate, long long, double, std::string> v;
 
-  value() = default;        // null
-  value(null_t) {}          // NOLINT(implicit)
+  value() = default;          // null
+  value(null_t) {}            // NOLINT(implicit)
   template <std::integral T>  // bool is integral too, but the exact value(bool) wins
   value(T x) : v(static_cast<long long>(x)) {}  // NOLINT(implicit)
   template <std::floating_point T>
@@ -118,7 +118,8 @@ inline std::string format_begin(output_format format, const std::vector<std::str
         out += '\n';
       } else {
         std::string header = "|", rule = "|";
-        for (const auto& c : columns) {  // appended piecewise: `" " + string` trips GCC 12's -Wrestrict
+        // appended piecewise: `" " + string` trips GCC 12's -Wrestrict at -O3
+        for (const auto& c : columns) {
           header += ' ';
           header += c;
           header += " |";

@@ -2,9 +2,8 @@
 // bench/output.hpp: the text of every -o format for a small table, nulls and quoting included.
 #include "../../bench/output.hpp"
 
-#include <fmt/format.h>
-
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <optional>
