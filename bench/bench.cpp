@@ -4,22 +4,26 @@
 //
 //   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-t 1,2] [--exact] [--lm-head q4|as_stored]
 //                 [--kv-type int8|f16|f32] [--packed-cache auto|FILE] [--packed-cache-copy]
-//                 [--format json] [--quick]
+//                 [-o tsv|json|jsonl|md|csv] [--quick]
 //                 [--reps N] [--no-lock]
 //
 // Rows: pp<P> (prefill P tokens from an empty cache; tokens_per_s = P / time, ttft_ms = the
 // prefill time including the last token's logits), tg<N> (N single-token forwards after a
 // 16-token prompt, greedy; per rep, weight bytes read per token * tokens/s / the read bandwidth
 // probed with the same thread count just before and after that rep (their mean); the row gives
-// the median tokens_per_s, the median share (pct_roofline) and the median probe (membw_gbps);
-// ttft_ms = that 16-token prefill), start16 (ttft_ms = load time + that prefill: start to first token) and
-// prefix512+16 (prompt-cache time to first token).
+// the tokens_per_s, the median share (pct_roofline, only when the weights read per token exceed
+// the last-level cache, else null) and the median probe (membw_gbps); ttft_ms = that 16-token
+// prefill), start16 (ttft_ms = load time + that prefill: start to first token) and
+// prefix512+16 (ttft_ms = prompt-cache time to first token; prefix_speedup = cold / cached).
+// Every *_median / *_mean / *_stddev triple is over the reps (stddev null for one rep); a
+// column that does not apply to a row is null (empty in tsv/csv).
 // Weight bytes per token: every decoder linear (packed int4 or dense) + lm_head + norms; the
 // embedding row and the KV cache are not counted. Weights are owned memory (repacked) plus the
 // mmapped checkpoint; --no-lock skips mlock of the owned weights (the `weights` column says
 // which happened).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,7 +73,7 @@ constexpr std::size_t kSystem = 512, kUser = 16;  // prefix-cache row: system + 
 template <class Cache>
 int run_model(const std::string& dir, const bench::options& opts, std::size_t P, std::size_t N,
               bool exact, const model::LoadOptions& load, bool lock, const std::string& kv_name,
-              bench::table& out) {
+              std::size_t llc_bytes, bench::table& out) {
   EngineOptions eo;
   eo.load = load;
   eo.load_tokenizer = false;  // synthetic token ids
@@ -92,7 +96,20 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
   bench::note("[bench] {}: loaded in {:.2f} s, {:.3f} GB owned, {:.3f} GB read per token ({})",
               dir, load_s, static_cast<double>(w.owned_bytes()) / 1e9,
               static_cast<double>(per_token) / 1e9, locked ? "mlocked" : "not locked");
+  // Below the last-level cache the weights stay in cache between tokens: DRAM bandwidth is no
+  // roofline for them.
+  const bool roofline_applies = llc_bytes != 0 && per_token > llc_bytes;
+  if (!roofline_applies) {
+    bench::note("[bench] {}: pct_roofline is null: {}", dir,
+                llc_bytes == 0 ? std::string("the last-level cache size is unknown")
+                               : fmt::format("the {:.1f} MiB read per token fit in the {:.1f} MiB "
+                                             "last-level cache",
+                                             static_cast<double>(per_token) / (1 << 20),
+                                             static_cast<double>(llc_bytes) / (1 << 20)));
+  }
   const std::size_t V = w.config.vocab_size;
+  const auto mb = static_cast<long long>(model_bytes);
+  const char* weights_state = locked ? "mlocked" : "resident";
   const int reps = opts.reps_or(opts.quick ? 1 : 3);
   const std::vector<int> threads_list = opts.threads_or({1, 2});
   // Deterministic prompt ids (the content does not change the work).
@@ -127,10 +144,16 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
           bench::do_not_optimize(logits[0]);
         },
         reps, 1);
-    const double pp_tps = static_cast<double>(P) / (pp.median_us * 1e-6);
-    out.row({dir, "pp" + std::to_string(P), threads, path, kv_name, pp_tps, pp.median_us / 1e3,
-             static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
-             0.0, 0.0, locked ? "mlocked" : "resident"});
+    std::vector<double> pp_tps_reps, pp_ms_reps;
+    for (const double us : pp.samples_us) {
+      pp_tps_reps.push_back(static_cast<double>(P) / (us * 1e-6));
+      pp_ms_reps.push_back(us / 1e3);
+    }
+    const bench::stats pp_tps = bench::summarize(pp_tps_reps), pp_ms = bench::summarize(pp_ms_reps);
+    out.row({dir, "pp" + std::to_string(P), threads, path, kv_name, pp_tps.median, pp_tps.mean,
+             pp_tps.stddev, pp_ms.median, pp_ms.mean, pp_ms.stddev, mb,
+             static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
+             weights_state, bench::null});
 
     // tg: N greedy single-token steps after a 16-token prompt. The read bandwidth is probed
     // before each rep and after the last (this host's drifts by tens of percent between
@@ -164,36 +187,42 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     }
     probe();
     using bench::median;
-    std::vector<double> shares;  // per rep: % of the roofline
+    std::vector<double> shares, tg_tps_reps;  // per rep: % of the roofline, tokens/s
     for (std::size_t r = 0; r < decodes_s.size(); ++r) {
       const double bw = 0.5 * (probes[r] + probes[r + 1]);
       const double tps = static_cast<double>(N) / std::max(1e-9, decodes_s[r]);
-      shares.push_back(bw > 0 ? static_cast<double>(per_token) * tps / (bw * 1e9) * 100 : 0.0);
+      tg_tps_reps.push_back(tps);
+      if (bw > 0) shares.push_back(static_cast<double>(per_token) * tps / (bw * 1e9) * 100);
       bench::note("[bench] t={} tg{} rep {}: {:.2f} tok/s, bandwidth {:.1f} / {:.1f} GB/s -> {:.0f}%",
-                  threads, N, r, tps, probes[r], probes[r + 1], shares.back());
+                  threads, N, r, tps, probes[r], probes[r + 1],
+                  bw > 0 ? shares.back() : std::nan(""));
     }
-    const double ttft_ms = median(ttfts_ms);
-    const double tg_tps = static_cast<double>(N) / std::max(1e-9, median(decodes_s));
+    const bench::stats ttft = bench::summarize(ttfts_ms), tg_tps = bench::summarize(tg_tps_reps);
+    const double ttft_ms = ttft.median;
     const double membw = median(probes);
-    const double roofline = median(shares);
+    const double roofline = shares.empty() ? std::nan("") : median(shares);  // NaN: null
     bench::note("[bench] t={} pp{} {:.1f} tok/s, tg{} {:.1f} tok/s ({:.0f}% of {:.1f} GB/s)",
-                threads, P, pp_tps, N, tg_tps, roofline, membw);
-    out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps, ttft_ms,
-             static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
-             membw, roofline, locked ? "mlocked" : "resident"});
+                threads, P, pp_tps.median, N, tg_tps.median, roofline, membw);
+    out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps.median, tg_tps.mean,
+             tg_tps.stddev, ttft.median, ttft.mean, ttft.stddev, mb,
+             static_cast<long long>(bench::peak_rss_bytes()),
+             membw > 0 ? bench::value(membw) : bench::value(),
+             roofline_applies ? bench::value(roofline) : bench::value(), weights_state,
+             bench::null});
     // start16: from the start of loading to the first token of the 16-token prompt (load time
     // plus that prefill; mlock excluded), the figure an app sees at launch.
     const double start_ms = load_s * 1e3 + ttft_ms;
     bench::note("[bench] t={} start to first token of a {}-token prompt: {:.0f} ms (load {:.0f} "
                 "+ prefill {:.0f})",
                 threads, start.size(), start_ms, load_s * 1e3, ttft_ms);
-    out.row({dir, "start" + std::to_string(start.size()), threads, path, kv_name, 0.0, start_ms,
-             static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
-             0.0, 0.0, locked ? "mlocked" : "resident"});
+    out.row({dir, "start" + std::to_string(start.size()), threads, path, kv_name, bench::null,
+             bench::null, bench::null, start_ms, load_s * 1e3 + ttft.mean, ttft.stddev, mb,
+             static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
+             weights_state, bench::null});
 
     // Prefix cache: time to first token for a kSystem-token system prompt + a kUser-token user
     // message, cold (both prefilled) and with the system prompt's state restored from an
-    // in-memory prompt cache (restore + kUser tokens). tokens_per_s = cold / cached speedup.
+    // in-memory prompt cache (restore + kUser tokens). prefix_speedup = cold / cached.
     std::vector<std::int32_t> chat(kSystem + kUser);
     for (std::size_t i = 0; i < chat.size(); ++i) chat[i] = static_cast<std::int32_t>((i * 104729 + 7) % V);
     const std::span<const std::int32_t> sys(chat.data(), kSystem), user(chat.data() + kSystem, kUser);
@@ -219,9 +248,9 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
                 "{:.1f} MB of KV state)", threads, cold.median_us / 1e3, warm.median_us / 1e3,
                 cold.median_us / warm.median_us, static_cast<double>(pc.state.size()) / 1e6);
     out.row({dir, fmt::format("prefix{}+{}", kSystem, kUser), threads, path, kv_name,
-             cold.median_us / warm.median_us, warm.median_us / 1e3,
-             static_cast<long long>(model_bytes), static_cast<long long>(bench::peak_rss_bytes()),
-             0.0, 0.0, locked ? "mlocked" : "resident"});
+             bench::null, bench::null, bench::null, warm.median_us / 1e3, warm.mean_us / 1e3,
+             warm.stddev_us / 1e3, mb, static_cast<long long>(bench::peak_rss_bytes()),
+             bench::null, bench::null, weights_state, cold.median_us / warm.median_us});
   }
   return 0;
 }
@@ -283,12 +312,15 @@ int main(int argc, char** argv) {
   load.packed_cache_copy = packed_copy;
   load.packed_cache_overwrite = force;
   load.allow_extra_tensors = allow_extra;
-  bench::table out(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s", "ttft_ms",
-                       "model_bytes", "peak_rss_bytes", "membw_gbps", "pct_roofline", "weights"});
+  bench::table out(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s_median",
+                       "tokens_per_s_mean", "tokens_per_s_stddev", "ttft_ms_median",
+                       "ttft_ms_mean", "ttft_ms_stddev", "model_bytes", "peak_rss_bytes",
+                       "membw_gbps", "pct_roofline", "weights", "prefix_speedup"});
+  const std::size_t llc = bench::last_level_cache_bytes();
   for (const auto& dir : models) {
     const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {
       using Cache = typename decltype(tag)::type;
-      return run_model<Cache>(dir, o, P, N, exact, load, lock, kv, out);
+      return run_model<Cache>(dir, o, P, N, exact, load, lock, kv, llc, out);
     });
     if (rc != 0) return rc;
   }

@@ -6,12 +6,13 @@
 // A decode step reads every layer's cache once, so a rep attends one query (at position
 // context - 1) in every layer of a cache holding `context` positions per layer: the working
 // set is the whole multi-layer cache (0.1-2 GB), not one layer's, which would sit in the CPU
-// cache. median_us is per layer (the rep's median / layers). kv_bytes: bytes of K/V (scales
-// included) that one layer's step reads, i.e. context positions of every kv head; gbps =
-// kv_bytes / median time per layer; membw_gbps: the read bandwidth this binary measures with
-// the same thread count (pct_membw = gbps / membw_gbps); speedup_vs_f16: the f16 row's median
-// over this row's, same model, context and threads (types are measured in turn in the same
-// run). The cache memory is mlocked when RLIMIT_MEMLOCK allows (`cache` column).
+// cache. median_us (and p10, p90, mean, stddev, min) is per layer (the rep's figure / layers).
+// kv_bytes: bytes of K/V (scales included) that one layer's step reads, i.e. context positions
+// of every kv head; gbps = kv_bytes / median time per layer; membw_gbps: the read bandwidth this
+// binary measures with the same thread count (pct_membw = gbps / membw_gbps); speedup_vs_f16:
+// the f16 row's median over this row's, same model, context and threads (types are measured in
+// turn in the same run; null without an f16 row). The cache memory is mlocked when
+// RLIMIT_MEMLOCK allows (`cache` column).
 #include <xsimd/xsimd.hpp>
 
 #include <cstdint>
@@ -137,10 +138,11 @@ int main(int argc, char** argv) {
   const std::size_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
 
   bench::table out(opts, {"model", "kv_type", "context", "layers", "heads", "kv_heads", "head_dim",
-                          "threads", "reps", "median_us", "p10_us", "p90_us", "kv_bytes", "gbps",
-                          "membw_gbps", "pct_membw", "speedup_vs_f16", "cache"});
+                          "threads", "reps", "median_us", "p10_us", "p90_us", "mean_us",
+                          "stddev_us", "min_us", "kv_bytes", "gbps", "membw_gbps", "pct_membw",
+                          "speedup_vs_f16", "cache"});
   out.add_metadata("arch", xsimd::default_arch::name());
-  out.add_metadata("median_us", "per layer: one decode step's attention (1 query)");
+  out.add_metadata("time_columns", "us per layer: one decode step's attention (1 query)");
 
   std::map<int, double> membw;
   for (int threads : thread_counts) {
@@ -237,8 +239,10 @@ int main(int argc, char** argv) {
           if (!opts.selected(name)) continue;
           bench::note("[attention] {}: {:.1f} us/layer, {:.1f} GB/s, {:.2f}x f16", name, us, gbps, speedup);
           out.row({m.name, kv_type_name(caches[i].type), ctx, m.layers, m.heads, m.kv_heads,
-                   m.head_dim, threads, t.reps, us, t.p10_us / L, t.p90_us / L, bytes, gbps, bw,
-                   bw > 0 ? 100 * gbps / bw : 0.0, speedup,
+                   m.head_dim, threads, t.reps, us, t.p10_us / L, t.p90_us / L, t.mean_us / L,
+                   t.stddev_us / L, t.min_us / L, bytes, gbps,
+                   bw > 0 ? bench::value(bw) : bench::value(),
+                   bw > 0 ? bench::value(100 * gbps / bw) : bench::value(), speedup,
                    caches[i].locked ? "mlocked" : "resident"});
         }
       }

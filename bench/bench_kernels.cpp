@@ -6,9 +6,12 @@
 // fp16 scales and zero points; 4.25 bits per weight at group 128); activations and outputs are
 // small and cache resident. pct_membw = gbps / membw_gbps, where membw_gbps is the read
 // bandwidth measured with the same thread count just before and just after the GEMV rows.
+// Columns that do not apply to a row are null (empty in tsv/csv): k of a multi-shape case,
+// membw_gbps, pct_membw and cost_vs_m1 of the gemm row, cost_vs_m1 without an m = 1 row.
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -110,8 +113,8 @@ int main(int argc, char** argv) {
   const std::vector<int> thread_counts = opts.threads_or(default_threads);
 
   bench::table out(opts, {"op", "case", "path", "isa", "m", "n", "k", "group", "threads", "reps",
-                          "median_us", "p10_us", "p90_us", "gflops", "gbps", "membw_gbps",
-                          "pct_membw", "weights", "cost_vs_m1"});
+                          "median_us", "p10_us", "p90_us", "mean_us", "stddev_us", "min_us",
+                          "gflops", "gbps", "membw_gbps", "pct_membw", "weights", "cost_vs_m1"});
   out.add_metadata("exact_arch", xsimd::default_arch::name());
   out.add_metadata("best_isa", isa_name(best_isa()));
 
@@ -210,7 +213,7 @@ int main(int argc, char** argv) {
             const std::size_t m = sweep_rows[j];
             const bench::timing& t = times[j];
             const double gbps = static_cast<double>(bytes) / (t.median_us * 1e3);
-            const double cost = unit_us > 0 ? t.median_us / unit_us : 0.0;
+            const double cost = unit_us > 0 ? t.median_us / unit_us : std::nan("");  // NaN: null
             bench::note("[gemv] {} {} t={} m={} : {:.1f} GB/s, membw {:.1f}/{:.1f} GB/s -> {:.0f}%{}",
                         path == MatmulPath::fast ? "fast" : "exact", isa_str, threads, m, gbps,
                         bw_before, bw_after, 100 * gbps / membw,
@@ -218,10 +221,12 @@ int main(int argc, char** argv) {
             out.row({m == 1 ? "gemv" : "gemm_sweep", case_name,
                      path == MatmulPath::fast ? "fast" : "exact", isa_str,
                      static_cast<long long>(m), static_cast<long long>(rows),
-                     static_cast<long long>(shapes.size() == 1 ? kmax : 0),
+                     shapes.size() == 1 ? bench::value(kmax) : bench::value(),  // k varies
                      static_cast<long long>(group), threads, t.reps, t.median_us, t.p10_us,
-                     t.p90_us, static_cast<double>(flops * m) / (t.median_us * 1e3), gbps, membw,
-                     100 * gbps / membw, weights, cost});
+                     t.p90_us, t.mean_us, t.stddev_us, t.min_us,
+                     static_cast<double>(flops * m) / (t.median_us * 1e3), gbps,
+                     membw > 0 ? bench::value(membw) : bench::value(),
+                     membw > 0 ? bench::value(100 * gbps / membw) : bench::value(), weights, cost});
           }
         }
       }
@@ -270,7 +275,8 @@ int main(int argc, char** argv) {
           out.row({"gemm", "single", path == MatmulPath::fast ? "fast" : "exact", isa_str,
                    static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
                    static_cast<long long>(group), threads, t.reps, t.median_us, t.p10_us, t.p90_us,
-                   gflops, gbps, 0.0, 0.0, "resident", 0.0});
+                   t.mean_us, t.stddev_us, t.min_us, gflops, gbps, bench::null, bench::null,
+                   "resident", bench::null});
         }
       }
     }

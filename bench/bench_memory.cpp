@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
     const std::size_t per_thread = total_bytes / static_cast<std::size_t>(threads);
     bench::note("[memory] {} thread(s) x {} MiB, {} reps", threads, per_thread >> 20, reps);
     const double gbps = bench::measure_read_bandwidth_gbps(threads, per_thread, reps);
-    out.row({name, threads, static_cast<double>(per_thread) / (1 << 20), reps, gbps,
+    out.row({name, threads, static_cast<double>(per_thread) / (1 << 20), reps,
+             gbps > 0 ? edgellm::bench::value(gbps) : edgellm::bench::value(),  // 0: failed
              static_cast<double>(bench::peak_rss_bytes()) / (1 << 20)});
   }
   return 0;

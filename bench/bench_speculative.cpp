@@ -458,7 +458,8 @@ int run_e2e(const Args& a, const bench::options& opts, const std::string& target
                    s.target_seconds,
                    r.spec_s,
                    r.plain_s,
-                   temp == 0.0 ? (r.identical ? "true" : "false") : "n/a"});
+                   // null: sampled output is not compared
+                   temp == 0.0 ? bench::value(r.identical) : bench::value()});
           if (temp == 0.0 && !r.identical) return 3;
         }
       }

@@ -7,6 +7,7 @@
 #include <edgellm/detail/split.hpp>
 
 #include "../tools/cli.hpp"  // --version, as every edgellm-* tool prints it
+#include "output.hpp"        // output_format
 
 #include <fmt/format.h>
 
@@ -48,10 +49,8 @@ namespace edgellm::bench {
 //       bench::flag::number({"-n"}, "N", "generated tokens", n, 1, 1000000),
 //   });
 
-enum class output_format { tsv, json, md };
-
 /// Options every bench understands:
-///   --format tsv|json|md   output (default tsv)
+///   -o, --output, --format tsv|json|jsonl|md|csv   output (default tsv; output.hpp)
 ///   --quick                small sizes and few reps: CI smoke run
 ///   -t, --threads 1,2,4    thread counts to run (0 = all hardware threads)
 ///   --reps N               timed repetitions per row
@@ -381,10 +380,14 @@ inline void parse_options(int argc, char** argv, options& o, std::vector<flag> f
     return false;
   };
   std::vector<flag> common;
-  common.push_back(flag::choice({"--format"}, "output", o.format,
+  common.push_back(flag::choice({"-o", "--output", "--format"},
+                                "output: tsv, json (one array), jsonl (an object a line), md, csv",
+                                o.format,
                                 {{"tsv", output_format::tsv},
                                  {"json", output_format::json},
-                                 {"md", output_format::md}}));
+                                 {"jsonl", output_format::jsonl},
+                                 {"md", output_format::md},
+                                 {"csv", output_format::csv}}));
   common.push_back(flag::boolean({"--quick"}, "small sizes and few reps: CI smoke run", o.quick));
   common.push_back(flag::threads(bench_has("-t") ? std::vector<std::string>{"--threads"}
                                                 : std::vector<std::string>{"-t", "--threads"},

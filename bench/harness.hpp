@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared by the edgellm-bench-* programs: the flag table, timing, result rows, machine probes.
 //
-// Output contract (style §12): stdout is for machines only. TSV (default) starts with
-// `# key=value` metadata lines, then one header line, then one line per row; `--format json`
-// prints one JSON object per row and nothing else (metadata goes to stderr as `# key=value`);
-// `--format md` prints a Markdown table for PR descriptions. Chatter goes to stderr.
+// Output contract (style §12): stdout is for machines only, in the format of -o/--format
+// (output.hpp: tsv by default with `# key=value` metadata lines; json, jsonl and csv carry the
+// metadata in every row; md). Chatter goes to stderr.
 //
 // Unlike include/edgellm, this is application code: it may start threads, lock memory and
 // read /proc.
@@ -18,6 +17,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "flags.hpp"
+#include "output.hpp"
 
 #include <algorithm>
 #include <barrier>
@@ -48,6 +48,7 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #endif
 
 namespace edgellm::bench {
@@ -74,13 +75,16 @@ inline void do_not_optimize(const T& value) {
 #endif
 }
 
-/// Summary of repeated calls, in microseconds per call.
-struct timing {
-  double median_us = 0;
-  double p10_us = 0;
-  double p90_us = 0;
-  double min_us = 0;
-  int reps = 0;
+/// Summary of samples (any unit): median, mean, sample standard deviation (NaN, printed as
+/// null, for fewer than two samples), p10, p90 and min.
+struct stats {
+  double median = 0;
+  double mean = 0;
+  double stddev = std::nan("");
+  double p10 = 0;
+  double p90 = 0;
+  double min = 0;
+  int n = 0;
 };
 
 /// The q-quantile (0..1) of sorted samples, interpolating linearly between neighbours.
@@ -93,6 +97,39 @@ inline double quantile_sorted(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
 }
 
+/// The stats of `samples` (all zero but stddev when empty).
+inline stats summarize(std::vector<double> samples) {
+  stats s;
+  s.n = static_cast<int>(samples.size());
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  double sum = 0;
+  for (const double x : samples) sum += x;
+  s.mean = sum / static_cast<double>(samples.size());
+  if (samples.size() > 1) {
+    double ss = 0;
+    for (const double x : samples) ss += (x - s.mean) * (x - s.mean);
+    s.stddev = std::sqrt(ss / static_cast<double>(samples.size() - 1));
+  }
+  s.median = quantile_sorted(samples, 0.5);
+  s.p10 = quantile_sorted(samples, 0.1);
+  s.p90 = quantile_sorted(samples, 0.9);
+  s.min = samples.front();
+  return s;
+}
+
+/// Summary of repeated calls, in microseconds per call.
+struct timing {
+  double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+  double min_us = 0;
+  int reps = 0;
+  double mean_us = 0;
+  double stddev_us = std::nan("");  ///< NaN (null) for one rep
+  std::vector<double> samples_us;   ///< every rep, in call order
+};
+
 /// The median of samples (the mean of the middle two for an even count); 0 when empty.
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -100,7 +137,8 @@ inline double median(std::vector<double> v) {
 }
 
 /// Calls `fn()` `warmup` times untimed (default: reps/5, at least 1), then `reps` times, each
-/// timed alone with steady_clock, and returns median, p10, p90 and min in microseconds.
+/// timed alone with steady_clock, and returns median, p10, p90, min, mean and standard
+/// deviation in microseconds.
 /// `fn` should feed its result to do_not_optimize so the work is not elided.
 template <std::invocable F>
 timing measure(F&& fn, int reps, int warmup = -1) {
@@ -114,9 +152,8 @@ timing measure(F&& fn, int reps, int warmup = -1) {
     const auto t1 = std::chrono::steady_clock::now();
     sample = std::chrono::duration<double, std::micro>(t1 - t0).count();
   }
-  std::sort(us.begin(), us.end());
-  return timing{quantile_sorted(us, 0.5), quantile_sorted(us, 0.1), quantile_sorted(us, 0.9),
-                us.front(), reps};
+  const stats st = summarize(us);
+  return timing{st.median, st.p10, st.p90, st.min, reps, st.mean, st.stddev, std::move(us)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,8 +333,22 @@ inline double measure_read_bandwidth_gbps(int threads, std::size_t bytes_per_thr
 // ---------------------------------------------------------------------------------------------
 // Metadata and rows
 
-/// Build and machine facts printed before the rows as `# key=value`.
-inline std::vector<std::pair<std::string, std::string>> default_metadata() {
+/// The size in bytes of the last-level cache: from sysfs (detail/cpu_topology.hpp), else what
+/// the C library knows (glibc's sysconf, from cpuid on x86); 0 when unknown.
+inline std::size_t last_level_cache_bytes() {
+  if (const std::size_t b = edgellm::detail::last_level_cache_bytes(); b != 0) return b;
+#if defined(_SC_LEVEL4_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE) && \
+    defined(_SC_LEVEL2_CACHE_SIZE)
+  for (const int name : {_SC_LEVEL4_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    if (const long b = ::sysconf(name); b > 0) return static_cast<std::size_t>(b);
+  }
+#endif
+  return 0;
+}
+
+/// Build and machine facts, the fields llama-bench puts in every row: tsv and md print them
+/// before the rows as `# key=value`, json, jsonl and csv in every row.
+inline std::vector<field> default_metadata() {
   std::string compiler =
 #if defined(__clang__)
       fmt::format("clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
@@ -344,6 +395,8 @@ inline std::vector<std::pair<std::string, std::string>> default_metadata() {
   if (std::tm tm{}; gmtime_r(&now, &tm) != nullptr) {
     std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
   }
+  const auto topology = edgellm::detail::read_cpu_topology();
+  const std::size_t llc = last_level_cache_bytes();
   return {
       {"edgellm", fmt::format("{}.{}.{}", EDGELLM_VERSION_MAJOR, EDGELLM_VERSION_MINOR,
                               EDGELLM_VERSION_PATCH)},
@@ -351,55 +404,23 @@ inline std::vector<std::pair<std::string, std::string>> default_metadata() {
       {"compiler", std::move(compiler)},
       {"build_type", EDGELLM_BUILD_TYPE},
       {"flags", EDGELLM_BUILD_FLAGS},
-      {"isa", xsimd::default_arch::name()},
+      {"simd", xsimd::default_arch::name()},  // the exact path's, fixed at compile time
+      {"microkernel", edgellm::kernels::isa_name(edgellm::kernels::best_isa())},
       {"features", features.empty() ? std::string("none") : features},
       {"cpu", cpu_model()},
-      {"hardware_threads", std::to_string(std::thread::hardware_concurrency())},
-      {"performance_cores", [] {  // big.LITTLE: the default thread count (thread_pool.hpp)
-         const auto t = edgellm::detail::read_cpu_topology();
-         return fmt::format("{} of {} online ({}{})", t.performance.size(), t.online.size(),
-                            t.source, t.heterogeneous() ? ", big.LITTLE" : "");
-       }()},
+      {"hardware_threads", std::thread::hardware_concurrency()},
+      // big.LITTLE: the default thread count (thread_pool.hpp)
+      {"performance_cores",
+       fmt::format("{} of {} online ({}{})", topology.performance.size(), topology.online.size(),
+                   topology.source, topology.heterogeneous() ? ", big.LITTLE" : "")},
+      {"llc_bytes", llc == 0 ? value(null) : value(llc)},
       {"date", date},
   };
 }
 
-/// One cell of a row: an integer, a floating-point number or a string.
-struct value {
-  std::variant<long long, double, std::string> v;
-
-  template <std::integral T>  // bool is integral too, but the exact value(bool) wins
-  value(T x) : v(static_cast<long long>(x)) {}  // NOLINT(implicit)
-  template <std::floating_point T>
-  value(T x) : v(static_cast<double>(x)) {}                // NOLINT(implicit)
-  value(bool x) : v(std::string(x ? "true" : "false")) {}  // NOLINT(implicit)
-  value(std::string s) : v(std::move(s)) {}                // NOLINT(implicit)
-  value(std::string_view s) : v(std::string(s)) {}         // NOLINT(implicit)
-  value(const char* s) : v(std::string(s)) {}              // NOLINT(implicit)
-};
-
-namespace detail {
-// Numbers print with 6 significant digits; non-finite ones as nan/inf (null in JSON). Strings
-// lose the characters that would break their line: tabs and newlines, and '|' in Markdown.
-inline std::string render(const value& x, output_format format) {
-  const bool json = format == output_format::json;
-  if (const auto* i = std::get_if<long long>(&x.v)) return std::to_string(*i);
-  if (const auto* d = std::get_if<double>(&x.v)) {
-    if (!std::isfinite(*d)) return json ? "null" : fmt::format("{}", *d);
-    return fmt::format("{:.6g}", *d);
-  }
-  const auto& s = std::get<std::string>(x.v);
-  if (json) return io::json::escape(s);
-  std::string clean = s;
-  std::replace(clean.begin(), clean.end(), '\t', ' ');
-  std::replace(clean.begin(), clean.end(), '\n', ' ');
-  if (format == output_format::md) std::replace(clean.begin(), clean.end(), '|', '/');
-  return clean;
-}
-}  // namespace detail
-
-/// Prints result rows with a fixed column schema (append-only, style §12). The first row
-/// also prints the metadata and the header (TSV, Markdown).
+/// Prints result rows with a fixed column schema (append-only, style §12) in the format of
+/// -o/--format (output.hpp). The first row also prints what precedes the rows (metadata,
+/// header); the destructor closes a json array (an empty one when no row was printed).
 ///
 ///   bench::table out(opts, {"name", "isa", "m", "n", "k", "median_us"});
 ///   out.add_metadata("model", "qwen2-0.5b");
@@ -408,13 +429,23 @@ class table {
  public:
   table(const options& opts, std::vector<std::string> columns)
       : format_(opts.format), columns_(std::move(columns)), metadata_(default_metadata()) {}
+  table(const table&) = delete;
+  table& operator=(const table&) = delete;
+  ~table() {
+    if (format_ != output_format::json) return;
+    start();
+    fmt::print(stdout, "{}", format_end(format_));
+    std::fflush(stdout);
+  }
 
-  /// Adds a `# key=value` line; call before the first row.
-  void add_metadata(std::string key, std::string val) {
+  /// Adds a metadata field (a row field in json/jsonl/csv); call before the first row. The key
+  /// must differ from every column's name.
+  void add_metadata(std::string key, value val) {
     metadata_.emplace_back(std::move(key), std::move(val));
   }
 
-  /// Prints one row; `cells` must have one entry per column, in order.
+  /// Prints one row; `cells` must have one entry per column, in order (bench::null where the
+  /// column does not apply to the row).
   void row(std::initializer_list<value> cells) { row(std::vector<value>(cells)); }
 
   void row(const std::vector<value>& cells) {
@@ -423,32 +454,7 @@ class table {
       std::abort();
     }
     start();
-    std::string line;
-    switch (format_) {
-      case output_format::tsv:
-        for (std::size_t i = 0; i < cells.size(); ++i) {
-          if (i != 0) line += '\t';
-          line += detail::render(cells[i], format_);
-        }
-        break;
-      case output_format::md:
-        line = "|";
-        for (const auto& c : cells) {  // appended piecewise: `" " + string` trips GCC 12's -Wrestrict at -O3
-          line += ' ';
-          line += detail::render(c, format_);
-          line += " |";
-        }
-        break;
-      case output_format::json:
-        line = "{";
-        for (std::size_t i = 0; i < cells.size(); ++i) {
-          if (i != 0) line += ", ";
-          line += io::json::escape(columns_[i]) + ": " + detail::render(cells[i], format_);
-        }
-        line += "}";
-        break;
-    }
-    fmt::print(stdout, "{}\n", line);
+    fmt::print(stdout, "{}", format_row(format_, columns_, metadata_, cells, rows_++));
     std::fflush(stdout);  // rows appear as they are measured, also through a pipe
   }
 
@@ -458,26 +464,24 @@ class table {
   void start() {
     if (started_) return;
     started_ = true;
-    std::FILE* meta = format_ == output_format::json ? stderr : stdout;
-    for (const auto& [k, v] : metadata_) fmt::print(meta, "# {}={}\n", k, v);
-    if (format_ == output_format::tsv) {
-      std::string header;
-      for (const auto& c : columns_) header += (header.empty() ? "" : "\t") + c;
-      fmt::print(stdout, "{}\n", header);
-    } else if (format_ == output_format::md) {
-      std::string header = "|";
-      std::string rule = "|";
-      for (const auto& c : columns_) {
-        header += " " + c + " |";
-        rule += " --- |";
+    for (const auto& [k, v] : metadata_) {
+      if (std::find(columns_.begin(), columns_.end(), k) != columns_.end()) {
+        note("[harness] metadata key '{}' is also a column", k);
+        std::abort();
       }
-      fmt::print(stdout, "\n{}\n{}\n", header, rule);
     }
+    // json, jsonl and csv carry the metadata in their rows; stderr keeps the familiar lines.
+    if (format_ != output_format::tsv && format_ != output_format::md) {
+      for (const auto& [k, v] : metadata_)
+        fmt::print(stderr, "# {}={}\n", k, render_cell(v, output_format::tsv));
+    }
+    fmt::print(stdout, "{}", format_begin(format_, columns_, metadata_));
   }
 
   output_format format_;
   std::vector<std::string> columns_;
-  std::vector<std::pair<std::string, std::string>> metadata_;
+  std::vector<field> metadata_;
+  std::size_t rows_ = 0;
   bool started_ = false;
 };
 

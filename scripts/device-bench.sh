@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Benchmarks edgellm on an arm64 device over adb: pushes the static bench binaries (preset
 # aarch64-static) and a model directory to /data/local/tmp/edgellm, runs the kernel and
-# end-to-end benches there with JSON output, and pulls the rows back to bench-results/<serial>/.
+# end-to-end benches there with JSON output (one array of rows each), and pulls the rows back to bench-results/<serial>/.
 #
 #   cmake --preset aarch64-static && cmake --build --preset aarch64-static
 #   scripts/device-bench.sh [-m MODEL_DIR] [-s SERIAL] [-b BUILD_DIR] [-- ARGS for both benches]
@@ -81,8 +81,8 @@ run "${adb_cmd[@]}" push "$model" "$remote/models/$name"
 run "${adb_cmd[@]}" shell chmod 755 "${bins[@]/#/$remote/}"
 # The benches print the device's CPU, performance cores and chosen microkernel in their
 # metadata header; JSON rows go to files on the device, then come back.
-run "${adb_cmd[@]}" shell "cd $remote && ./edgellm-bench-kernels --quick --isa all --format json ${extra[*]} > kernels.json"
-run "${adb_cmd[@]}" shell "cd $remote && ./edgellm-bench -m models/$name --no-lock --format json ${extra[*]} > e2e.json"
+run "${adb_cmd[@]}" shell "cd $remote && ./edgellm-bench-kernels --quick --isa all -o json ${extra[*]} > kernels.json"
+run "${adb_cmd[@]}" shell "cd $remote && ./edgellm-bench -m models/$name --no-lock -o json ${extra[*]} > e2e.json"
 run "${adb_cmd[@]}" pull "$remote/kernels.json" "$out/kernels.json"
 run "${adb_cmd[@]}" pull "$remote/e2e.json" "$out/e2e.json"
 echo "device-bench.sh: results in $out/ (kernels.json, e2e.json)"

@@ -65,6 +65,8 @@ for b in ${benches[@]+"${benches[@]}"}; do
   expect "$b unknown flag" 2 "unknown argument '--frobnicate'" -- "$exe" --frobnicate
   expect "$b missing value" 2 "--threads" -- "$exe" --threads
   expect "$b bad number" 2 "-t: item 'many'" -- "$exe" -t many
+  expect "$b bad -o format" 2 "-o: 'xml' is not one of 'tsv', 'json', 'jsonl', 'md', 'csv'" -- "$exe" -o xml
+  expect "$b --format is -o" 2 "--format: 'xml'" -- "$exe" --format=xml
 done
 
 # The short spellings mean the long ones.

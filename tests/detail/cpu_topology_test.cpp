@@ -66,6 +66,13 @@ TEST_CASE("cpu topology: this machine", "[detail]") {
     REQUIRE(std::find(t.online.begin(), t.online.end(), c) != t.online.end());
 }
 
+TEST_CASE("cpu topology: the last-level cache from sysfs", "[detail]") {
+  // L1d 64K, L1i 64K (ignored: instructions), L2 512K, L3 8192K.
+  REQUIRE(last_level_cache_bytes(sysfs("phone-1-3-4")) == std::size_t{8} << 20);
+  REQUIRE(last_level_cache_bytes(sysfs("uniform-2")) == 0);  // no cache/ directory: unknown
+  REQUIRE(last_level_cache_bytes(sysfs("does-not-exist")) == 0);
+}
+
 TEST_CASE("cpu topology: sysfs cpu lists", "[detail]") {
   using topology_detail::parse_cpu_list;
   REQUIRE(parse_cpu_list("0-3,6,8-9\n") == cpus{0, 1, 2, 3, 6, 8, 9});

@@ -124,6 +124,44 @@ inline CpuTopology read_cpu_topology(const std::string& sysfs_cpu_root = "/sys/d
   return t;
 }
 
+/// The size in bytes of the largest data or unified cache of cpu0 (the last-level cache), from
+/// `sysfs_cpu_root`/cpu0/cache/index*/{level,type,size} (size as "32768K", "2M" or bytes); 0
+/// when sysfs does not say (some VMs and containers hide it).
+inline std::size_t last_level_cache_bytes(
+    const std::string& sysfs_cpu_root = "/sys/devices/system/cpu") {
+  std::size_t best = 0;
+  unsigned long long best_level = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = sysfs_cpu_root + "/cpu0/cache/index" + std::to_string(i);
+    unsigned long long level = 0;
+    if (!topology_detail::read_unsigned(dir + "/level", level)) continue;
+    std::string type, size;
+    {
+      std::ifstream f(dir + "/type");
+      if (!(f >> type) || type == "Instruction") continue;
+    }
+    std::ifstream f(dir + "/size");
+    if (!(f >> size) || size.empty()) continue;
+    std::size_t scale = 1;
+    if (size.back() == 'K') scale = std::size_t{1} << 10;
+    if (size.back() == 'M') scale = std::size_t{1} << 20;
+    if (size.back() == 'G') scale = std::size_t{1} << 30;
+    if (scale != 1) size.pop_back();
+    std::size_t n = 0;
+    bool digits = !size.empty() && size.size() < 12;
+    for (const char c : size) {
+      if (c < '0' || c > '9') digits = false;
+      if (digits) n = n * 10 + static_cast<std::size_t>(c - '0');
+    }
+    if (!digits || n == 0) continue;
+    if (level > best_level || (level == best_level && n * scale > best)) {
+      best_level = level;
+      best = n * scale;
+    }
+  }
+  return best;
+}
+
 /// The default number of compute threads: the performance cores on a big.LITTLE machine, else
 /// `hardware_threads` (std::thread::hardware_concurrency()) unchanged.
 inline std::size_t default_compute_threads(const CpuTopology& t,
