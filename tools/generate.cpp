@@ -483,7 +483,7 @@ int run(const Args& a, Session& session) {
     if (line == "/exit") break;
     if (line == "/reset") {
       if (auto st = session.reset(); !st) return fail("/reset: " + st.error().message);
-      messages.resize(kept);
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(kept), messages.end());
       if (!a.quiet) std::fprintf(stderr, "(conversation reset)\n");
       continue;
     }
