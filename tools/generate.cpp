@@ -474,9 +474,10 @@ int run(const Args& a, Session& session) {
   if (auto im_end = tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
   go.parse_special = true;
   const std::size_t kept = messages.size();  // the system message, which /reset keeps
+  const bool prompt_user = !a.quiet && ::isatty(STDIN_FILENO) == 1;  // not for piped input
   std::string line;
   for (;;) {
-    if (!a.quiet) std::fprintf(stderr, "> ");
+    if (prompt_user) std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line)) break;  // end of input (Ctrl-D)
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
