@@ -183,7 +183,9 @@ class ProgressBar {
       stage_ = stage;
       start_ = now;
       last_decile_ = -1;
+      complete_ = false;
     }
+    if (complete_) return;  // 100 % was drawn: a repeated last call draws nothing
     const double frac = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
     const int pct = static_cast<int>(frac * 100.0);
     const double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -211,7 +213,10 @@ class ProgressBar {
     std::fprintf(stderr, "\r%.*s [%s] %3d%% %s\033[K", static_cast<int>(stage_.size()),
                  stage_.data(), bar.c_str(), pct, eta.c_str());
     open_ = true;
-    if (done >= total) finish();
+    if (done >= total) {
+      complete_ = true;
+      finish();
+    }
   }
 
   /// Ends the bar's line on a terminal (so that the next message starts on its own line).
@@ -221,7 +226,7 @@ class ProgressBar {
   }
 
  private:
-  bool quiet_, terminal_, open_ = false;
+  bool quiet_, terminal_, open_ = false, complete_ = false;
   std::string stage_;
   std::chrono::steady_clock::time_point start_{}, drawn_{};
   int last_decile_ = -1;
