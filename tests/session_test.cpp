@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The session facade on the bundled model: the same tokens as the low-level path, two sessions
-// over one Engine on two threads, cancel from the callback, reset, KV types, prompt cache,
-// speculative decoding, errors that name what was wrong, two threads loading one checkpoint, and
-// loading and generating under an address-space limit.
+// over one Engine on two threads, cancel from the callback, reset, the cached prompt prefix,
+// KV types, prompt cache, speculative decoding, errors that name what was wrong, two threads
+// loading one checkpoint, and loading and generating under an address-space limit.
 #include "edgellm/session.hpp"
 
 #include "support/limited_child.hpp"
@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -174,6 +175,55 @@ TEST_CASE("Session: reset forgets the conversation and restarts the sampler", "[
   REQUIRE(s.set_sampling(decode::SamplingOptions::greedy()));
   Session greedy = make_session(engine);
   CHECK(generate_ids(s, "And the LORD", 8) == generate_ids(greedy, "And the LORD", 8));
+}
+
+TEST_CASE("Session: cached_tokens counts the prompt prefix the cache kept", "[session]") {
+  const auto engine = load_engine();
+  const model::Tokenizer& tok = *engine->tokenizer();
+  auto p = tok.encode("And God said, Let there be light", {.add_special = true});
+  REQUIRE(p);
+  const Ids first = *p;
+  for (const bool lookup : {false, true}) {
+    INFO((lookup ? "prompt lookup" : "plain"));
+    SessionOptions so = greedy();
+    so.prompt_lookup = lookup;
+    Session s = make_session(engine, so);
+    GenerateOptions g;
+    g.max_new_tokens = 6;
+    g.ignore_eos = true;
+    auto a = s.generate(std::span<const std::int32_t>(first), g);
+    REQUIRE(a);
+    CHECK(a->stats.cached_tokens == 0);
+    CHECK(a->stats.prefilled_tokens() == first.size());
+    // The next turn extends the first prompt with the answer and more: the cache holds the
+    // prompt and the emitted tokens but the last (pending, never forwarded).
+    const std::size_t held = s.position();
+    if (!lookup) CHECK(held == first.size() + a->tokens.size() - 1);
+    Ids second = first;
+    second.insert(second.end(), a->tokens.begin(), a->tokens.end());
+    second.insert(second.end(), first.begin() + 1, first.end());
+    auto b = s.generate(std::span<const std::int32_t>(second), g);
+    REQUIRE(b);
+    CHECK(b->stats.prompt_tokens == second.size());
+    if (lookup) {  // a speculative step may have verified tokens past the budget: not these
+      CHECK(b->stats.cached_tokens >= first.size());
+      CHECK(b->stats.cached_tokens <= first.size() + a->tokens.size());
+    } else {
+      CHECK(b->stats.cached_tokens == held);
+    }
+    CHECK(b->stats.prefilled_tokens() == second.size() - b->stats.cached_tokens);
+    CHECK(s.stats().cached_tokens == b->stats.cached_tokens);
+    // A prompt that diverges at token 3 keeps 3; after reset, none.
+    Ids third(first.begin(), first.begin() + 3);
+    third.push_back(first[1]);
+    auto c = s.generate(std::span<const std::int32_t>(third), g);
+    REQUIRE(c);
+    CHECK(c->stats.cached_tokens == 3);
+    REQUIRE(s.reset());
+    auto d = s.generate(std::span<const std::int32_t>(second), g);
+    REQUIRE(d);
+    CHECK(d->stats.cached_tokens == 0);
+  }
 }
 
 TEST_CASE("Session: speculative decoding and prompt lookup keep greedy tokens", "[session]") {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What every edgellm-* command line tool (and edgellm-bench-*, through bench/flags.hpp) does the
 // same way: llama.cpp's flag spellings, --version, the --threads cap, a prompt from a file or
-// stdin, and whether its output really reached stdout.
+// stdin, whether its output really reached stdout, and the progress of a model load.
 #pragma once
 
 #include "edgellm/config.hpp"
@@ -13,12 +13,16 @@
 #include <xsimd/xsimd.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+
+#include <unistd.h>
 
 // Set by CMake (configure-time `git rev-parse`, the compiler flags); a build outside it, or
 // from a tarball without .git, says "unknown".
@@ -162,5 +166,70 @@ inline int usage_error(const char* prog, std::string_view msg) {
                msg.data());
   return kUsageExit;
 }
+
+/// Draws the progress of a long step (model::LoadOptions::progress) on stderr: on a terminal one
+/// bar with percent and ETA redrawn in place, otherwise one line per 10 % (0 % to 100 %: at most
+/// 11 lines a stage), nothing when `quiet`. Call finish() before printing anything else.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool quiet, bool terminal = ::isatty(STDERR_FILENO) == 1)
+      : quiet_(quiet), terminal_(terminal) {}
+
+  void operator()(std::string_view stage, std::uint64_t done, std::uint64_t total) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (stage != stage_) {
+      finish();
+      stage_ = stage;
+      start_ = now;
+      last_decile_ = -1;
+      complete_ = false;
+    }
+    if (complete_) return;  // 100 % was drawn: a repeated last call draws nothing
+    const double frac = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
+    const int pct = static_cast<int>(frac * 100.0);
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    if (!terminal_) {
+      if (pct / 10 <= last_decile_) return;
+      last_decile_ = pct / 10;
+      std::fprintf(stderr, "%.*s: %3d%%\n", static_cast<int>(stage_.size()), stage_.data(),
+                   last_decile_ * 10);
+      return;
+    }
+    // Redraw at most every 0.1 s (and always at the end): a terminal is slow to scroll.
+    if (open_ && done < total && now - drawn_ < std::chrono::milliseconds(100)) return;
+    drawn_ = now;
+    constexpr int kWidth = 30;
+    const int fill = static_cast<int>(frac * kWidth);
+    std::string bar(static_cast<std::size_t>(fill), '#');
+    bar.resize(kWidth, '.');
+    std::string eta;
+    if (done >= total) {
+      eta = "done in " + std::to_string(static_cast<long long>(elapsed * 10) / 10) + "." +
+            std::to_string(static_cast<long long>(elapsed * 10) % 10) + " s";
+    } else if (frac > 0.01 && elapsed > 0.5) {
+      eta = "ETA " + std::to_string(static_cast<long long>(elapsed * (1 - frac) / frac + 0.5)) + " s";
+    }
+    std::fprintf(stderr, "\r%.*s [%s] %3d%% %s\033[K", static_cast<int>(stage_.size()),
+                 stage_.data(), bar.c_str(), pct, eta.c_str());
+    open_ = true;
+    if (done >= total) {
+      complete_ = true;
+      finish();
+    }
+  }
+
+  /// Ends the bar's line on a terminal (so that the next message starts on its own line).
+  void finish() {
+    if (open_) std::fputc('\n', stderr);
+    open_ = false;
+  }
+
+ private:
+  bool quiet_, terminal_, open_ = false, complete_ = false;
+  std::string stage_;
+  std::chrono::steady_clock::time_point start_{}, drawn_{};
+  int last_decile_ = -1;
+};
 
 }  // namespace edgellm::tools

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -72,9 +73,14 @@ prompt:
   -p, --prompt TEXT      the prompt (default: "And God said")
   -f, --file FILE        the prompt from FILE (`-` = stdin) instead of --prompt
   --prompt-ids 1,2,3     the prompt as token ids instead of text
-  --chat                 interactive chat on stdin, in the checkpoint's chat_template (ChatML,
-                         with a warning, when tokenizer_config.json has none); an empty line
-                         or end of input ends it
+  -i, --interactive, --chat
+                         interactive chat on stdin, one user message a line, in the
+                         checkpoint's chat_template (ChatML, with a warning, when
+                         tokenizer_config.json has none). The whole conversation is rendered
+                         each turn and only what the KV cache does not hold yet is prefilled
+                         (the stats line says how many prompt tokens were cached). Empty lines
+                         are skipped; `/reset` forgets the conversation (the --system message
+                         stays); `/exit` or end of input (Ctrl-D) ends it
   --system TEXT          system message for --chat
 
 generation (the sampling defaults below give way to the checkpoint's generation_config.json
@@ -104,6 +110,9 @@ speculative decoding:
 
 output:
   --print-ids            print the generated token ids as a JSON list instead of text
+  --quiet                only the text (and errors, warnings) on stderr: no loading progress,
+                         no load, defaults or statistics lines. The progress is a bar with an
+                         ETA when stderr is a terminal, else one line per 10 %
   -h, --help             this text
   --version              version, git commit, build flags and the int4 microkernel used here
 
@@ -123,7 +132,7 @@ struct Args {
   std::vector<std::int32_t> prompt_ids;
   bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
   bool ignore_eos = false, pin = false, force = false, force_context = false;
-  bool allow_extra_tensors = false;
+  bool allow_extra_tensors = false, quiet = false;
   std::size_t threads = default_threads(), context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
   std::string prompt_cache;
@@ -199,8 +208,10 @@ int parse_args(int argc, char** argv, Args& a) {
                                          a.prompt_ids.size() + 1));
         a.prompt_ids.push_back(id);
       }
-    } else if (arg == "--chat") {
+    } else if (arg == "--chat" || arg == "-i" || arg == "--interactive") {
       a.chat = true;
+    } else if (arg == "--quiet") {
+      a.quiet = true;
     } else if (arg == "--fp32-reference") {
       a.fp32_reference = true;
     } else if (arg == "--print-ids") {
@@ -349,12 +360,14 @@ std::size_t peak_rss_bytes() {
   return 0;
 }
 
+// The prefill rate counts the prefilled tokens only (the cached ones cost nothing).
 void print_stats(const decode::GenerateStats& s) {
   std::fprintf(stderr,
-               "\n[%zu prompt tokens, %zu generated; stop: %s]\n"
+               "\n[%zu prompt tokens (%zu cached, %zu prefilled), %zu generated; stop: %s]\n"
                "time to first token %.1f ms | prefill %.1f tok/s | decode %.1f tok/s | "
                "peak memory %.1f MB\n",
-               s.prompt_tokens, s.new_tokens, decode::to_string(s.stop),
+               s.prompt_tokens, s.cached_tokens, s.prefilled_tokens(), s.new_tokens,
+               decode::to_string(s.stop),
                s.time_to_first_token_s * 1e3, s.prefill_tok_s(), s.decode_tok_s(),
                static_cast<double>(peak_rss_bytes()) / 1e6);
 }
@@ -373,7 +386,8 @@ int run(const Args& a, Session& session) {
     auto held = session.load_prompt_cache(a.prompt_cache);
     if (!held) return fail("--prompt-cache: " + held.error().message);
     cached = std::move(*held);
-    std::fprintf(stderr, "prompt cache: %zu tokens from %s in %.1f ms\n", cached.size(),
+    if (!a.quiet)
+      std::fprintf(stderr, "prompt cache: %zu tokens from %s in %.1f ms\n", cached.size(),
                  a.prompt_cache.c_str(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -420,7 +434,9 @@ int run(const Args& a, Session& session) {
     if (!a.prompt_cache.empty() && cached != prompt) {
       if (auto st = session.save_prompt_cache(a.prompt_cache); !st)
         return fail("--prompt-cache: " + st.error().message);
-      std::fprintf(stderr, "prompt cache: saved %zu tokens to %s\n", prompt.size(), a.prompt_cache.c_str());
+      if (!a.quiet)
+        std::fprintf(stderr, "prompt cache: saved %zu tokens to %s\n", prompt.size(),
+                     a.prompt_cache.c_str());
     }
     if (a.print_ids) {
       std::string json = "[";
@@ -431,7 +447,7 @@ int run(const Args& a, Session& session) {
       std::printf("\n");
     }
     if (output_lost()) return 1;
-    print_stats(out->stats);
+    if (!a.quiet) print_stats(out->stats);
     return 0;
   }
 
@@ -457,10 +473,21 @@ int run(const Args& a, Session& session) {
   if (!a.system.empty()) messages.push_back({"system", a.system});
   if (auto im_end = tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
   go.parse_special = true;
+  const std::size_t kept = messages.size();  // the system message, which /reset keeps
+  const bool prompt_user = !a.quiet && ::isatty(STDIN_FILENO) == 1;  // not for piped input
   std::string line;
   for (;;) {
-    std::fprintf(stderr, "> ");
-    if (!std::getline(std::cin, line) || line.empty()) break;
+    if (prompt_user) std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line)) break;  // end of input (Ctrl-D)
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (line == "/exit") break;
+    if (line == "/reset") {
+      if (auto st = session.reset(); !st) return fail("/reset: " + st.error().message);
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(kept), messages.end());
+      if (!a.quiet) std::fprintf(stderr, "(conversation reset)\n");
+      continue;
+    }
     messages.push_back({"user", line});
     std::string reply;
     auto prompt = render(messages);
@@ -474,7 +501,7 @@ int run(const Args& a, Session& session) {
     if (!out) return fail(out.error().message);
     std::printf("\n");
     if (output_lost()) return 1;
-    print_stats(out->stats);
+    if (!a.quiet) print_stats(out->stats);
     messages.push_back({"assistant", reply});
     if (out->stats.stop == decode::StopReason::context_full) {
       std::fprintf(stderr, "the context is full; ending the chat\n");
@@ -509,7 +536,7 @@ int main(int argc, char** argv) {
   // Before loading: a malformed generation_config.json fails at once.
   auto generation = model::load_generation_config(a.model);
   if (!generation) return fail(generation.error().message);
-  if (const std::string line = apply_generation_config(*generation, a); !line.empty())
+  if (const std::string line = apply_generation_config(*generation, a); !line.empty() && !a.quiet)
     std::fprintf(stderr, "%s\n", line.c_str());
 
   EngineOptions eo;
@@ -518,7 +545,10 @@ int main(int argc, char** argv) {
   eo.load.packed_cache_overwrite = a.force;
   eo.load.allow_extra_tensors = a.allow_extra_tensors;
   eo.threads = a.pin ? 1 : a.threads;
+  tools::ProgressBar progress(a.quiet);
+  eo.load.progress = std::ref(progress);
   auto engine = Engine::load(a.model, eo);
+  progress.finish();
   if (!engine) return fail(engine.error().message);
   const Engine& e = **engine;
   const std::size_t max_position = e.weights()->config.max_position_embeddings;
@@ -528,9 +558,10 @@ int main(int argc, char** argv) {
         "trained for; --force-context runs it anyway)",
         a.context, max_position));
   }
-  if (!e.packed_cache_note().empty())
+  if (!e.packed_cache_note().empty() && !a.quiet)
     std::fprintf(stderr, "packed cache: %s\n", e.packed_cache_note().c_str());
-  std::fprintf(stderr, "loaded %s in %.2f s (%.1f MB of weights%s)\n", a.model.c_str(),
+  if (!a.quiet)
+    std::fprintf(stderr, "loaded %s in %.2f s (%.1f MB of weights%s)\n", a.model.c_str(),
                e.load_seconds(), static_cast<double>(e.weights()->owned_bytes()) / 1e6,
                a.fp32_reference ? ", fp32 reference" : "");
 
@@ -563,7 +594,7 @@ int main(int argc, char** argv) {
   auto session = Session::create(*engine, so);
   if (!session) return fail(session.error().message);
   const int rc = run(a, *session);
-  if (const decode::SpeculativeStats* st = session->speculative_stats()) {
+  if (const decode::SpeculativeStats* st = session->speculative_stats(); st && !a.quiet) {
     const decode::SpeculativeOptions& sp = so.speculative;
     std::fprintf(stderr,
                  "speculative (%s, k %s%zu): %zu drafted, %zu accepted (%.0f%%), %.2f tokens per "

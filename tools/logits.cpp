@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -42,6 +43,8 @@ constexpr const char* kUsage =
     "  -t, --threads N   threads for matmuls and attention (default 1; at most 4 x the\n"
     "                    hardware threads, and 256)\n"
     "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
+    "  --quiet           no loading progress (a bar on a terminal, else a line per 10 %) and\n"
+    "                    no 'wrote' line on stderr; errors and warnings still\n"
     "  -h, --help        this text\n"
     "  --version         version, git commit, build flags and the int4 microkernel used here\n"
     "\n"
@@ -51,6 +54,7 @@ struct Args {
   std::string model, out;
   std::vector<std::int32_t> ids;
   bool all_positions = false, fp32_reference = false, exact = false, allow_extra_tensors = false;
+  bool quiet = false;
   std::size_t threads = 1;
 };
 
@@ -83,6 +87,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       a.exact = true;
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
+    } else if (arg == "--quiet") {
+      a.quiet = true;
     } else if (arg == "--model") {
       if (!value(a.model)) return fail("--model: missing DIR");
     } else if (arg == "--out") {
@@ -163,7 +169,10 @@ int run(const Args& a) {
   edgellm::model::LoadOptions lo;
   lo.fp32_reference = a.fp32_reference;
   lo.allow_extra_tensors = a.allow_extra_tensors;
+  edgellm::tools::ProgressBar progress(a.quiet);
+  lo.progress = std::ref(progress);
   auto w = edgellm::model::load_weights(a.model, lo);
+  progress.finish();
   if (!w) return fail(w.error().message);
 
   edgellm::model::TransformerOptions to;
@@ -199,7 +208,7 @@ int run(const Args& a) {
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const bool closed = f == stdout ? std::fflush(f) == 0 : std::fclose(f) == 0;
   if (!ok || !closed) return fail("--out: write to '" + a.out + "' failed");
-  if (a.out != "-") {
+  if (a.out != "-" && !a.quiet) {
     std::fprintf(stderr, "wrote %s (%zu row(s) of %zu logits, %s)\n", a.out.c_str(), rows, vocab,
                  mode_name);
   }

@@ -138,6 +138,7 @@ class Engine {
       std::shared_ptr<Engine> e(new Engine());
       e->dir_ = dir;
       e->options_ = options;
+      e->options_.load.progress = nullptr;  // the caller's, for this load only
       model::LoadOptions lo = options.load;
       auto w = model::load_weights(dir, lo);
       if (!w && options.lm_head_fallback && lo.lm_head == model::LmHeadFormat::q4 &&
@@ -263,6 +264,7 @@ struct Generation {
 struct SessionStats {
   std::size_t generations = 0;
   std::size_t prompt_tokens = 0;
+  std::size_t cached_tokens = 0;  ///< of prompt_tokens, kept from the cache (not prefilled)
   std::size_t new_tokens = 0;
   double prefill_s = 0.0;
   double decode_s = 0.0;
@@ -341,6 +343,7 @@ class Session {
       out.stats = *stats;
       totals_.generations += 1;
       totals_.prompt_tokens += stats->prompt_tokens;
+      totals_.cached_tokens += stats->cached_tokens;
       totals_.new_tokens += stats->new_tokens;
       totals_.prefill_s += stats->prefill_s;
       totals_.decode_s += stats->decode_s;

@@ -71,6 +71,42 @@ else
   failures=$((failures + 1))
 fi
 
+# Interactive chat: the second turn prefills only what the cache does not hold (stats line
+# "N prompt tokens (C cached, P prefilled)"); empty lines are skipped; /reset forgets the
+# conversation (the next turn caches nothing); /exit ends it (later lines unread); exit 0.
+printf 'Who is the LORD?\n\n   \nAnd then?\n/reset\nWho is the LORD?\n/exit\nnever read\n' |
+  "$bin" --model "$model" -i -n 8 --greedy --system "Speak as the KJV." >"$tmp/ichat.out" 2>"$tmp/ichat.err"
+rc=$?
+mapfile -t turns < <(sed -nE 's/^\[([0-9]+) prompt tokens \(([0-9]+) cached, ([0-9]+) prefilled\).*/\1 \2 \3/p' "$tmp/ichat.err")
+if [ $rc = 0 ] && [ ${#turns[@]} = 3 ]; then
+  read -r p1 c1 f1 <<<"${turns[0]}"; read -r p2 c2 f2 <<<"${turns[1]}"; read -r p3 c3 f3 <<<"${turns[2]}"
+  if [ "$c1" = 0 ] && [ "$f1" = "$p1" ] && [ "$c2" -gt 0 ] && [ "$f2" -lt "$p2" ] && [ $((c2 + f2)) = "$p2" ] \
+     && [ "$c3" = 0 ] && [ "$p3" = "$p1" ] && grep -q "conversation reset" "$tmp/ichat.err"; then
+    ok "interactive chat: turn 2 reuses $c2 of $p2 prompt tokens, /reset clears, /exit ends"
+  else
+    fail "interactive chat stats: ${turns[*]}" "$(cat "$tmp/ichat.err")"
+  fi
+else
+  fail "interactive chat (exit $rc, ${#turns[@]} stats lines, wanted 3)" "$(cat "$tmp/ichat.err")"
+fi
+expect "chat: end of input at once exits 0" 0 "loaded" -- "$bin" --model "$model" --chat -n 4
+
+# Progress of the load: one line per 10 % at most when stderr is not a terminal; --quiet: none,
+# and no other chatter (stderr empty).
+"$bin" --model "$model" -n 2 >/dev/null 2>"$tmp/progress.err" </dev/null
+lines=$(grep -cE '^[a-z0-9 ]+: +[0-9]+%$' "$tmp/progress.err")
+if [ "$lines" -ge 2 ] && [ "$lines" -le 11 ] && grep -qE '^repacking int4: 100%$' "$tmp/progress.err"; then
+  ok "progress: $lines lines, ending at 100%"
+else
+  fail "progress: $lines lines" "$(cat "$tmp/progress.err")"
+fi
+"$bin" --model "$model" -n 2 --quiet >"$tmp/quiet.out" 2>"$tmp/quiet.err" </dev/null
+if [ $? = 0 ] && [ ! -s "$tmp/quiet.err" ] && [ -s "$tmp/quiet.out" ]; then
+  ok "--quiet: the text only, nothing on stderr"
+else
+  fail "--quiet" "$(cat "$tmp/quiet.err")"
+fi
+
 # Prompt cache: the second run starts from the saved prefix and prints the same ids; files from
 # another model or corrupted ones are refused.
 sys="In the beginning God created the heaven and the earth. And the earth was without form, and void."

@@ -14,6 +14,8 @@ EXPECT_STREAM=stderr  # the tools' messages; stdout is their data
 
 expect "logits --threads 100000" 2 "--threads: 100000 is not in" -- "$logits" --model "$model" --ids 1,2 --out - --threads 100000
 expect "logits --allow-extra-tensors is a flag" 0 "" -- "$logits" --model "$model" --ids 1,2 --out - --allow-extra-tensors
+expect "logits: loading progress on stderr" 0 "repacking int4: 100%" -- "$logits" --model "$model" --ids 1,2 --out -
+expect "logits --quiet: nothing on stderr" 0 "^$" -- "$logits" --model "$model" --ids 1,2 --out - --quiet
 expect "tokenize --tokenizer /dev/zero" 1 "is a character device, not a regular file" -- "$tokenize" --tokenizer /dev/zero --text hi
 if [ -e /dev/full ]; then
   expect "logits --out - on a full disk" 1 "write to '-' failed" -- bash -c "\"$logits\" --model \"$model\" --ids 1,2 --out - >/dev/full"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for edgellm/model/weights.hpp: loading the fixture checkpoints in every mode, dense
-// views of stored tensors, and the errors for broken checkpoints (each names file and tensor).
+// views of stored tensors, the progress callback, and the errors for broken checkpoints (each
+// names file and tensor).
 #include "edgellm/model/weights.hpp"
 
 #include "edgellm/kernels/float16.hpp"
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -209,6 +211,64 @@ TEST_CASE("load_weights releases the mapped pages of converted tensors", "[model
     REQUIRE(released > 0);
     CHECK(rss[0] - rss[1] >= static_cast<long>(released / 1024 / 2));
   }
+}
+
+TEST_CASE("load_weights: the progress callback is monotone, named and ends at total", "[model]") {
+  struct Call {
+    std::string stage;
+    std::uint64_t done, total;
+  };
+  const struct {
+    const char* fixture;
+    bool fp32, q4_head;
+    const char* stage;
+  } cases[] = {
+      {"llama-awq-gemm", false, false, "repacking int4"},
+      {"qwen2-awq-gemm", false, true, "repacking int4"},
+      {"llama-fp16", false, false, "quantizing to int4"},
+      {"llama-fp16", true, false, "loading fp32 reference"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.fixture << (c.fp32 ? " fp32" : "") << (c.q4_head ? " lm_head q4" : ""));
+    std::vector<Call> calls;
+    LoadOptions o;
+    o.fp32_reference = c.fp32;
+    if (c.q4_head) o.lm_head = LmHeadFormat::q4;
+    o.progress = [&](std::string_view stage, std::uint64_t done, std::uint64_t total) {
+      calls.push_back({std::string(stage), done, total});
+    };
+    auto w = load_weights(model_fixture(c.fixture), o);
+    REQUIRE(w);
+    CHECK_FALSE((*w)->options.progress);  // not kept: it may point to the caller's stack
+    const auto& cfg = (*w)->config;
+    // One call first, one per linear, one for the lm_head.
+    REQUIRE(calls.size() == 1 + 7 * cfg.num_hidden_layers + 1);
+    const std::uint64_t total = calls.front().total;
+    CHECK(total > 0);
+    CHECK(calls.front().done == 0);
+    CHECK(calls.back().done == total);
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      CHECK(calls[i].stage == c.stage);
+      CHECK(calls[i].total == total);
+      if (i > 0) CHECK(calls[i].done >= calls[i - 1].done);
+    }
+    // The lm_head's share: its weights when it is quantised here, else nothing.
+    const std::uint64_t head = c.q4_head ? std::uint64_t{cfg.vocab_size} * cfg.hidden_size : 0;
+    CHECK(calls.back().done - calls[calls.size() - 2].done == head);
+  }
+  // A packed cache that is read: its own stage.
+  TempDir tmp;
+  const std::string dir = copy_fixture("llama-awq-gemm", tmp);
+  LoadOptions o;
+  o.packed_cache = "auto";
+  REQUIRE(load_weights(dir, o));  // writes it
+  std::vector<std::string> stages;
+  o.progress = [&](std::string_view stage, std::uint64_t, std::uint64_t) {
+    stages.emplace_back(stage);
+  };
+  REQUIRE(load_weights(dir, o));  // reads it
+  REQUIRE_FALSE(stages.empty());
+  CHECK(stages.front() == "reading packed cache");
 }
 
 TEST_CASE("load_weights: shared weights outlive the loader's views", "[model]") {

@@ -34,6 +34,8 @@ namespace edgellm::decode {
 ///                                      the prompt plus every token emitted so far (for the
 ///                                      sampler's repetition penalty)
 /// step() fails with errc::capacity_exceeded when the context has no room for another token.
+/// Optional: s.reused() -> std::size_t, the prompt tokens the latest begin() kept from what the
+/// model held instead of forwarding them (GenerateStats::cached_tokens; 0 when absent).
 template <class S>
 concept TokenSource = requires(S& s, std::span<const std::int32_t> tokens, Sampler& sampler,
                                std::vector<std::int32_t>& out) {
@@ -78,6 +80,7 @@ class PlainDecoder {
       ++keep;
     if (auto st = model_->truncate(keep); !st) return st;
     consumed_.resize(keep);
+    reused_ = keep;
     if (auto st = edgellm::detail::try_resize(logits_, model_->vocab_size(), where, "logits"); !st)
       return st;
     if (auto st = model_->forward(prompt.subspan(keep), LogitsMode::last, logits_); !st) return st;
@@ -107,6 +110,9 @@ class PlainDecoder {
 
   /// Tokens the model has consumed (its position() of them).
   std::span<const std::int32_t> consumed() const noexcept { return consumed_; }
+  /// Prompt tokens the latest begin() kept from the cache (the common prefix) instead of
+  /// forwarding them.
+  std::size_t reused() const noexcept { return reused_; }
   M& model() noexcept { return *model_; }
 
  private:
@@ -117,6 +123,7 @@ class PlainDecoder {
   std::vector<std::int32_t> consumed_;   // tokens in the model, in order
   std::vector<float> logits_;            // [vocab] next-token scores after consumed_
   std::optional<std::int32_t> pending_;  // emitted, not yet forwarded
+  std::size_t reused_ = 0;               // prompt tokens the latest begin() did not forward
 };
 
 /// Why generation ended.
@@ -142,6 +149,9 @@ struct GenerateOptions {
 
 struct GenerateStats {
   std::size_t prompt_tokens = 0;
+  /// Of prompt_tokens, the common prefix the cache already held (a chat's earlier turns, a
+  /// prompt cache): kept, not forwarded. prompt_tokens - cached_tokens were prefilled.
+  std::size_t cached_tokens = 0;
   std::size_t new_tokens = 0;          ///< tokens emitted (the stop id and tokens cut by a stop
                                        ///< string not counted)
   double time_to_first_token_s = 0.0;  ///< begin() plus the first step
@@ -149,7 +159,11 @@ struct GenerateStats {
   double decode_s = 0.0;               ///< every step after the first
   StopReason stop = StopReason::max_tokens;
 
-  double prefill_tok_s() const noexcept { return prefill_s > 0 ? static_cast<double>(prompt_tokens) / prefill_s : 0.0; }
+  std::size_t prefilled_tokens() const noexcept { return prompt_tokens - cached_tokens; }
+  /// Tokens forwarded per second of prefill (the cached ones cost nothing, so they do not count).
+  double prefill_tok_s() const noexcept {
+    return prefill_s > 0 ? static_cast<double>(prefilled_tokens()) / prefill_s : 0.0;
+  }
   /// Tokens per second after the first token.
   double decode_tok_s() const noexcept {
     return decode_s > 0 && new_tokens > 1 ? static_cast<double>(new_tokens - 1) / decode_s : 0.0;
@@ -201,6 +215,8 @@ result<GenerateStats> generate(Source& source, Sampler& sampler, const model::To
   if (auto st = source.begin(prompt); !st) return st.error();
   const auto t1 = clock::now();
   stats.prefill_s = seconds(t0, t1);
+  if constexpr (requires { { source.reused() } -> std::convertible_to<std::size_t>; })
+    stats.cached_tokens = std::min<std::size_t>(source.reused(), prompt.size());
 
   std::vector<std::int32_t> history(prompt.begin(), prompt.end()), fresh;
   model::StreamDecoder text_decoder = tokenizer.stream_decoder(options.skip_special);

@@ -244,6 +244,7 @@ class SpeculativeDecoder {
     known_ = true;
     const auto t0 = clock::now();
     const std::size_t forwarded = prompt.size() - 1 - target_->position();
+    reused_ = target_->position();
     if (auto st = forward_rest(*target_); !st) return st;
     if (auto st = forward_rest(*draft_); !st) return st;
     stats_.prompt_tokens += forwarded;
@@ -390,6 +391,9 @@ class SpeculativeDecoder {
   const AdaptiveDraftLength& controller() const noexcept { return control_; }
   /// Prompt and emitted tokens; the last one is pending (not yet forwarded through the target).
   std::span<const std::int32_t> sequence() const noexcept { return seq_; }
+  /// Prompt tokens the latest begin() kept in the target (the common prefix) instead of
+  /// forwarding them.
+  std::size_t reused() const noexcept { return reused_; }
   Target& target() noexcept { return *target_; }
   Draft& draft() noexcept { return *draft_; }
 
@@ -481,6 +485,7 @@ class SpeculativeDecoder {
 
   Target* target_;
   Draft* draft_;
+  std::size_t reused_ = 0;  // prompt tokens the latest begin() kept in the target
   std::size_t doff_ = 0;  // sequence index of the draft's position 0 (see kCatchUpWindow)
   SpeculativeOptions options_;
   bool adaptive_;

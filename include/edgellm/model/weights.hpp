@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -91,6 +92,12 @@ struct LoadOptions {
   /// then stream them faster where a file mapping's 4 KiB pages cost TLB misses (measured in
   /// docs/performance.md, "Loading").
   bool packed_cache_copy = false;
+  /// Called as loading goes: `stage` names the work ("repacking int4", "quantizing to int4",
+  /// "reading packed cache", "loading fp32 reference"), `done` of `total` counts the weights
+  /// (matrix elements) of the linears and an int4 lm_head handled so far: (0, total) first, then
+  /// after each matrix, done never decreasing, ending at done == total. The library prints
+  /// nothing; tools/cli.hpp draws it. Not kept in TransformerWeights::options.
+  std::function<void(std::string_view stage, std::uint64_t done, std::uint64_t total)> progress{};
 };
 
 // The weight formats live in kernels/ (backends run them); these names stay for users.
@@ -535,6 +542,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   w->dir = dir;
   w->config = c;
   w->options = options;
+  w->options.progress = nullptr;  // it may point to the caller's stack
   const std::size_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const std::size_t q_dim = c.num_attention_heads * c.head_dim;
   const std::size_t kv_dim = c.num_key_value_heads * c.head_dim;
@@ -630,6 +638,20 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     return st.error();
   // Every int4 matrix with its cache name (the tensor prefix), for writing the packed cache.
   std::vector<std::pair<std::string, const kernels::Q4Matrix*>> int4;
+  const bool q4_head = options.lm_head == LmHeadFormat::q4 && !options.fp32_reference;
+  const std::uint64_t progress_total =
+      std::uint64_t{c.num_hidden_layers} * (2 * q_dim * H + 2 * kv_dim * H + 3 * I * H) +
+      (q4_head ? std::uint64_t{V} * H : 0);
+  const std::string_view stage = options.fp32_reference ? "loading fp32 reference"
+                                 : packed                ? "reading packed cache"
+                                 : c.awq                 ? "repacking int4"
+                                                         : "quantizing to int4";
+  std::uint64_t progress_done = 0;
+  const auto advance = [&](std::uint64_t elements) {
+    progress_done = std::min(progress_total, progress_done + elements);
+    if (options.progress) options.progress(stage, progress_done, progress_total);
+  };
+  advance(0);
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& L = w->layers[i];
     const std::string pre = "model.layers." + std::to_string(i) + ".";
@@ -663,6 +685,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
       if (!lin) return lin.error();
       *s.out = std::move(*lin);
       if (s.out->quantized()) int4.emplace_back(pre + std::string(s.module), &s.out->q4);
+      advance(std::uint64_t{s.n} * s.k);
     }
   }
 
@@ -671,7 +694,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   const std::string head_name =
       c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   const std::string head_why = "[vocab_size, hidden_size]";
-  if (options.lm_head == LmHeadFormat::q4 && !options.fp32_reference) {
+  if (q4_head) {
     const std::size_t g = largest_group_dividing({H});
     if (g == 0) {
       return make_error(errc::unsupported, where,
@@ -699,6 +722,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     if (!d) return d.error();
     w->lm_head.dense = std::move(*d);
   }
+  advance(progress_total - progress_done);  // the lm_head's share; ends at done == total
 
   // Checked last, so that a missing or misshapen tensor is reported as such first.
   if (!options.allow_extra_tensors) {
