@@ -436,8 +436,7 @@ TEST_CASE("AWQ modules_to_not_convert: those linears stay dense", "[model]") {
   CHECK(worst_relative_error(prompt_logits(r, e.ids), e) <= 1e-4f);
 }
 
-TEST_CASE("Transformer: Qwen3's q_norm / k_norm shape the logits and the fingerprint",
-          "[model]") {
+TEST_CASE("Transformer: Qwen3's q_norm / k_norm shape the logits and the fingerprint", "[model]") {
   // The weights of the per-head norms change the logits (so the parity tests above see them),
   // and the prefix fingerprint covers them.
   const std::string dir = model_fixture("qwen3-fp16");

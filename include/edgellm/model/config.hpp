@@ -91,9 +91,9 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;  ///< lm_head shares model.embed_tokens.weight
-  bool attention_qkv_bias = false;  ///< q/k/v_proj have biases (Qwen2 always; Llama, Qwen3
-                                    ///< attention_bias)
-  bool attention_out_bias = false;  ///< o_proj has a bias (Llama, Qwen3 attention_bias)
+  bool attention_qkv_bias = false;   ///< q/k/v_proj have biases (Qwen2 always; Llama, Qwen3
+                                     ///< attention_bias)
+  bool attention_out_bias = false;   ///< o_proj has a bias (Llama, Qwen3 attention_bias)
   /// Each head of q and of k is RMS-normalised (weights self_attn.q_norm / k_norm, [head_dim],
   /// eps rms_norm_eps) after its projection and before RoPE (Qwen3 always).
   bool attention_qk_norm = false;
