@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Embedding an edgellm model: load a Hugging Face checkpoint directory (Llama, Qwen2 or Mistral;
-// AutoAWQ int4 or fp16/bf16, quantised to int4 at load) by mmap, then prefill a prompt of token
-// ids with one batched forward and decode greedily, one token per forward. This is the layer
-// below the session facade (edgellm/session.hpp, examples/generate_text.cpp): a
-// model::Transformer driven by hand, for apps that bring their own decoding loop.
+// Embedding an edgellm model: load a Hugging Face checkpoint directory (Llama, Qwen2, Qwen3 or
+// Mistral; AutoAWQ int4 or fp16/bf16, quantised to int4 at load) by mmap, then prefill a prompt of
+// token ids with one batched forward and decode greedily, one token per forward. This is the layer
+// below the session facade (edgellm/session.hpp, examples/generate_text.cpp): a model::Transformer
+// driven by hand, for apps that bring their own decoding loop.
 //
 //   edgellm-example-run-model [DIR] [N]     (DIR defaults to the committed test fixture)
 #include <edgellm/edgellm.hpp>

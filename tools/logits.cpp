@@ -28,7 +28,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: edgellm-logits -m DIR --ids 1,2,3 --out FILE.json [options]\n"
     "\n"
-    "Runs the checkpoint in DIR (HF Llama / Qwen2 / Mistral: fp16/bf16/fp32, or AutoAWQ "
+    "Runs the checkpoint in DIR (HF Llama / Qwen2 / Qwen3 / Mistral: fp16/bf16/fp32, or AutoAWQ "
     "gemm/gemv)\n"
     "on the token ids at positions 0.. and writes\n"
     "  {\"ids\": [...], \"vocab_size\": V, \"mode\": \"...\", \"logits\": [[V floats], ...]}\n"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Write random-weight HF Llama / Qwen2 / Mistral checkpoints, optionally AutoAWQ-quantised.
+"""Write random-weight HF Llama / Qwen2 / Qwen3 / Mistral checkpoints, optionally AutoAWQ-quantised.
 
 Output directory: config.json, generation_config.json, and model.safetensors or
 model-0000i-of-0000M.safetensors + model.safetensors.index.json (huggingface_hub
@@ -14,10 +14,12 @@ Random weights (numpy, one generator per tensor/module seeded from
   * embed_tokens, lm_head, q/k/v/gate/up: N(0, init_std)
   * o_proj, down_proj: N(0, init_std / sqrt(2 * layers)) (GPT-2 style scaled init,
     keeps the residual stream O(1) over many layers; logits stay finite in fp16)
-  * RMSNorm weights: 1 + N(0, 0.02); biases: N(0, 0.02)
+  * RMSNorm weights (Qwen3's per-head q_norm / k_norm too): 1 + N(0, 0.02);
+    biases: N(0, 0.02)
 
 With --awq, the decoder-layer linears are stored as AutoAWQ gemm or gemv tensors
-(embed/norms/lm_head/biases stay --dtype, fp16 by default, as AutoAWQ writes).
+(embed/norms/lm_head/biases, Qwen3's q_norm / k_norm included, stay --dtype, fp16 by
+default, as AutoAWQ writes).
 Two ways to get the 4-bit codes (--awq-codes):
   rtn        draw the fp16 weight above and run AutoAWQ's RTN quantiser on it
              (tools/awq_pack.py, the exact fp16 pseudo_quantize_tensor math; no
@@ -65,6 +67,15 @@ PRESETS = {
                        intermediate=4864, vocab=151936, rope_theta=1e6, rms_eps=1e-6,
                        tie_embeddings=True, max_pos=32768, awq="gemm", group_size=128,
                        dtype="fp16"),
+    # Qwen/Qwen3-0.6B and Qwen/Qwen3-8B shapes (head_dim 128 != hidden / heads for 0.6B).
+    "qwen3-0.6b": dict(arch="qwen3", hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128,
+                       intermediate=3072, vocab=151936, rope_theta=1e6, rms_eps=1e-6,
+                       tie_embeddings=True, max_pos=40960, awq="gemm", group_size=128,
+                       dtype="fp16"),
+    "qwen3-8b": dict(arch="qwen3", hidden=4096, layers=36, heads=32, kv_heads=8, head_dim=128,
+                     intermediate=12288, vocab=151936, rope_theta=1e6, rms_eps=1e-6,
+                     tie_embeddings=False, max_pos=40960, awq="gemm", group_size=128,
+                     dtype="fp16"),
 }
 DEFAULTS = dict(arch=None, hidden=None, layers=None, heads=None, kv_heads=None, head_dim=None,
                 intermediate=None, vocab=None, tie_embeddings=False, rope_theta=None,
@@ -72,7 +83,8 @@ DEFAULTS = dict(arch=None, hidden=None, layers=None, heads=None, kv_heads=None, 
                 group_size=128, shard_size_mb=5000, seed=0, init_std=0.02, awq_codes="auto",
                 attention_bias=False, mlp_bias=False, sliding_window=None, header_order="writer")
 ARCH_CLASS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-              "mistral": "MistralForCausalLM"}
+              "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}
+QWEN = ("qwen2", "qwen3")
 TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 ST_DTYPE = {"fp16": "F16", "bf16": "BF16", "fp32": "F32"}
 RTN_AUTO_LIMIT = 64 * 1024 * 1024
@@ -87,7 +99,8 @@ def parse_args(argv=None):
     S = argparse.SUPPRESS
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)
-    p.add_argument("--arch", choices=sorted(ARCH_CLASS), default=S)
+    p.add_argument("--arch", "--model-type", dest="arch", choices=sorted(ARCH_CLASS), default=S,
+                   help="config.json model_type")
     p.add_argument("--hidden", type=int, default=S)
     p.add_argument("--layers", type=int, default=S)
     p.add_argument("--heads", type=int, default=S)
@@ -112,7 +125,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=S)
     p.add_argument("--init-std", dest="init_std", type=float, default=S)
     p.add_argument("--attention-bias", dest="attention_bias", action="store_true", default=S,
-                   help="llama/mistral: q/k/v/o biases (config attention_bias)")
+                   help="llama/mistral/qwen3: q/k/v/o biases (config attention_bias)")
     p.add_argument("--mlp-bias", dest="mlp_bias", action="store_true", default=S,
                    help="llama: gate/up/down biases (config mlp_bias)")
     p.add_argument("--sliding-window", dest="sliding_window", type=int, default=S,
@@ -135,12 +148,15 @@ def parse_args(argv=None):
 def build_config(a) -> dict:
     arch = a.arch
     nkv = a.kv_heads if a.kv_heads is not None else a.heads
-    theta = a.rope_theta if a.rope_theta is not None else (1e6 if arch == "qwen2" else 10000.0)
-    eps = a.rms_eps if a.rms_eps is not None else (1e-6 if arch == "qwen2" else 1e-5)
-    max_pos = a.max_pos if a.max_pos is not None else (32768 if arch in ("qwen2", "mistral") else 2048)
+    theta = a.rope_theta if a.rope_theta is not None else (1e6 if arch in QWEN else 10000.0)
+    eps = a.rms_eps if a.rms_eps is not None else (1e-6 if arch in QWEN else 1e-5)
+    max_pos = a.max_pos if a.max_pos is not None else (
+        40960 if arch == "qwen3" else 32768 if arch in ("qwen2", "mistral") else 2048)
     if arch == "qwen2" and a.vocab > 151645:
         bos, eos = 151643, 151643
-    elif arch == "qwen2":
+    elif arch == "qwen3" and a.vocab > 151645:
+        bos, eos = 151643, 151645
+    elif arch in QWEN:
         bos = eos = a.vocab - 1
     else:
         bos, eos = 1, 2
@@ -152,13 +168,13 @@ def build_config(a) -> dict:
                         "original_max_position_embeddings": int(octx), "rope_type": "llama3"}
     cfg = {"architectures": [ARCH_CLASS[arch]], "attention_dropout": 0.0,
            "bos_token_id": bos, "eos_token_id": eos}
-    if arch in ("llama", "mistral"):
+    if arch in ("llama", "mistral", "qwen3"):
         cfg["attention_bias"] = bool(a.attention_bias)
     if a.head_dim is not None:
         cfg["head_dim"] = a.head_dim
     cfg.update({"hidden_act": "silu", "hidden_size": a.hidden, "initializer_range": a.init_std,
                 "intermediate_size": a.intermediate, "max_position_embeddings": max_pos})
-    if arch == "qwen2":
+    if arch in QWEN:
         cfg["max_window_layers"] = a.layers
     if arch == "llama":
         cfg["mlp_bias"] = bool(a.mlp_bias)
@@ -169,12 +185,14 @@ def build_config(a) -> dict:
     cfg.update({"rms_norm_eps": eps, "rope_scaling": rope_scaling, "rope_theta": theta})
     if arch == "qwen2":
         cfg["sliding_window"] = max_pos
+    if arch == "qwen3":
+        cfg["sliding_window"] = None
     if arch == "mistral":
         cfg["sliding_window"] = a.sliding_window
     cfg.update({"tie_word_embeddings": bool(a.tie_embeddings),
                 "torch_dtype": TORCH_DTYPE[a.dtype], "transformers_version": TRANSFORMERS_VERSION,
                 "use_cache": True})
-    if arch == "qwen2":
+    if arch in QWEN:
         cfg["use_sliding_window"] = False
     cfg["vocab_size"] = a.vocab
     if a.awq != "none":
@@ -184,12 +202,16 @@ def build_config(a) -> dict:
     return cfg
 
 
+def head_dim_of(cfg) -> int:
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
 def linear_specs(cfg, a):
     """[(module_name, N, K, has_bias, std)] for one decoder layer, in module order."""
     h = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
     nkv = cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim") or h // nh
+    hd = head_dim_of(cfg)
     inter = cfg["intermediate_size"]
     arch = cfg["model_type"]
     qkv_bias = arch == "qwen2" or cfg.get("attention_bias", False)
@@ -228,6 +250,12 @@ def plan(cfg, a):
             if bias:
                 specs.append((name + ".bias", fdt, [n]))
                 jobs.append(("bias", name + ".bias", [n], BIAS_STD))
+            if mod == "self_attn.o_proj" and cfg["model_type"] == "qwen3":
+                # Qwen3Attention registers q_norm, k_norm after o_proj: state-dict order.
+                hd = head_dim_of(cfg)
+                for norm in ("self_attn.q_norm", "self_attn.k_norm"):
+                    specs.append((pre + norm + ".weight", fdt, [hd]))
+                    jobs.append(("norm", pre + norm + ".weight", [hd], NORM_NOISE))
         for norm in ("input_layernorm", "post_attention_layernorm"):
             specs.append((pre + norm + ".weight", fdt, [h]))
             jobs.append(("norm", pre + norm + ".weight", [h], NORM_NOISE))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Independent PyTorch reference forward for HF Llama / Qwen2 / Mistral checkpoints.
+"""Independent PyTorch reference forward for HF Llama / Qwen2 / Qwen3 / Mistral checkpoints.
 
 Written from the HF modeling semantics in docs/formats.md 3.3 (eager attention):
   h   = x + o_proj(attn(rmsnorm_in(x)));  out = h + down(silu(gate(n)) * up(n)), n = rmsnorm_post(h)
@@ -9,6 +9,8 @@ Written from the HF modeling semantics in docs/formats.md 3.3 (eager attention):
         rope_scaling linear / dynamic / llama3
   attention: q k^T * hd^-0.5, causal mask (+ Mistral sliding window), softmax in fp32,
         GQA: q head h uses kv head h // (nh / nkv); Qwen2 q/k/v bias; Llama attention_bias/mlp_bias
+  Qwen3: q, k = rmsnorm(q head) * q_norm, rmsnorm(k head) * k_norm (weights [hd], eps
+        rms_norm_eps) after q_proj / k_proj, before RoPE; attention_bias for q/k/v/o
   logits = lm_head(norm(h)) (embed_tokens when tie_word_embeddings)
 
 Loads model.safetensors or shards (F32/F16/BF16), and AutoAWQ gemm/gemv checkpoints,
@@ -59,13 +61,16 @@ class Config:
     def __init__(self, cfg: dict):
         self.raw = cfg
         self.model_type = cfg.get("model_type", "llama")
-        if self.model_type not in ("llama", "qwen2", "mistral"):
+        if self.model_type not in ("llama", "qwen2", "qwen3", "mistral"):
             raise ValueError(f"unsupported model_type {self.model_type!r}")
         self.hidden = cfg["hidden_size"]
         self.n_layers = cfg["num_hidden_layers"]
         self.n_heads = cfg["num_attention_heads"]
         self.n_kv = cfg.get("num_key_value_heads") or self.n_heads
-        self.head_dim = cfg.get("head_dim") or self.hidden // self.n_heads
+        # Qwen3Config's head_dim defaults to 128, the others' to hidden / heads.
+        self.head_dim = cfg.get("head_dim") or (
+            128 if self.model_type == "qwen3" else self.hidden // self.n_heads)
+        self.qk_norm = self.model_type == "qwen3"
         self.vocab = cfg["vocab_size"]
         self.eps = float(cfg.get("rms_norm_eps", 1e-6))
         self.tie = bool(cfg.get("tie_word_embeddings", False))
@@ -89,6 +94,8 @@ class Config:
             raise ValueError("partial_rotary_factor != 1 is not supported")
         self.sliding_window = cfg.get("sliding_window") if self.model_type == "mistral" else None
         # Qwen2: released models have use_sliding_window false; formats.md says ignore it.
+        if self.model_type == "qwen3" and cfg.get("use_sliding_window", False):
+            raise ValueError("Qwen3 use_sliding_window is not supported")
         q = cfg.get("quantization_config")
         self.awq = None
         if q is not None:
@@ -174,6 +181,9 @@ class Model:
         lw["input_layernorm"] = self._w(_tensor(self.reader, pre + "input_layernorm.weight"))
         lw["post_attention_layernorm"] = self._w(
             _tensor(self.reader, pre + "post_attention_layernorm.weight"))
+        if self.cfg.qk_norm:
+            for norm in ("self_attn.q_norm", "self_attn.k_norm"):
+                lw[norm] = self._w(_tensor(self.reader, pre + norm + ".weight"))
         return lw
 
     def layer(self, i: int) -> dict:
@@ -256,6 +266,9 @@ def attention(m: Model, lw: dict, x: torch.Tensor, positions: torch.Tensor) -> t
     q = linear(m, x, lw["self_attn.q_proj"], lw["self_attn.q_proj.bias"]).view(t, nh, hd).transpose(0, 1)
     k = linear(m, x, lw["self_attn.k_proj"], lw["self_attn.k_proj.bias"]).view(t, nkv, hd).transpose(0, 1)
     v = linear(m, x, lw["self_attn.v_proj"], lw["self_attn.v_proj.bias"]).view(t, nkv, hd).transpose(0, 1)
+    if c.qk_norm:  # Qwen3: RMSNorm over each head's hd values, before RoPE
+        q = rms_norm(m, q, lw["self_attn.q_norm"], c.eps)
+        k = rms_norm(m, k, lw["self_attn.k_norm"], c.eps)
     cos, sin = rope_cos_sin(c, positions, int(positions.max()) + 1)
     cos, sin = m.rnd(cos.to(x.dtype)), m.rnd(sin.to(x.dtype))
     q = m.rnd(m.rnd(q * cos) + m.rnd(rotate_half(q) * sin))
@@ -373,7 +386,8 @@ def dequantize_to(model_dir: str, out_dir: str, max_shard_size: int = 5_000_000_
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="HF Llama/Qwen2 reference forward (PyTorch, CPU)")
+    p = argparse.ArgumentParser(
+        description="HF Llama/Qwen2/Qwen3/Mistral reference forward (PyTorch, CPU)")
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--ids", help="comma-separated prompt token ids, e.g. 1,2,3")
     p.add_argument("--all-positions", action="store_true", help="emit logits for every position")

@@ -316,6 +316,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string pre = "model.layers." + std::to_string(i) + ".";
     owned(2 * H * sizeof(float));  // input / post_attention layernorms
+    if (c.attention_qk_norm) owned(2 * c.head_dim * sizeof(float));  // q_norm / k_norm
     struct Spec {
       std::string_view module;
       std::size_t n, k;

@@ -188,6 +188,16 @@ TEST_CASE("Cpu backend: ops are the kernels' on its own buffers", "[backend]") {
   edgellm::kernels::rope(r.data(), 2, 2, 8, cs.data(), sn.data());
   CHECK(std::equal(r.begin(), r.end(), q->data.begin()));
 
+  // Per-head RMSNorm (Qwen3's q_norm) in place on rows 0, 1 of [rows][2 heads][8]: each head is
+  // normalised on its own, with the [head_dim] weight.
+  std::copy(xs.begin(), xs.end(), q->data.begin());
+  const auto hw = edgellm::test::random_floats(rng, 8);
+  b->head_rms_norm(*q, hw, 2);
+  std::vector<float> heads(xs.begin(), xs.begin() + 32);
+  edgellm::kernels::rms_norm(heads.data(), hw.data(), heads.data(), 8, 0, 4, 1e-5f);
+  CHECK(std::equal(heads.begin(), heads.end(), q->data.begin()));
+  CHECK(std::equal(xs.begin() + 32, xs.end(), q->data.begin() + 32));  // row 2 untouched
+
   // Unsupported ISA on the fast path: refused at creation.
   for (auto isa : {edgellm::kernels::Isa::avx2, edgellm::kernels::Isa::avx512_vnni,
                    edgellm::kernels::Isa::neon_dotprod}) {

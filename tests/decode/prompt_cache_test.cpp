@@ -150,14 +150,17 @@ struct Setup {
   const char* fixture;
   MatmulPath path;
 };
-// An RTN-quantised fp16 checkpoint on the exact path; an AWQ one on the fast (W4A8) path.
-const Setup kSetups[] = {{"llama-fp16", MatmulPath::exact}, {"qwen2-awq-gemm", MatmulPath::fast}};
+// An RTN-quantised fp16 checkpoint on the exact path; AWQ ones on the fast (W4A8) path, one of
+// them Qwen3 (per-head q/k norms before the keys are cached).
+const Setup kSetups[] = {{"llama-fp16", MatmulPath::exact},
+                         {"qwen2-awq-gemm", MatmulPath::fast},
+                         {"qwen3-awq-gemm", MatmulPath::fast}};
 
 }  // namespace
 
 TEMPLATE_TEST_CASE("prompt cache: a saved prefix restores the model bit for bit", "[prompt_cache]",
                    KVCacheQ8, KVCacheF32) {
-  const Setup s = kSetups[GENERATE(0, 1)];
+  const Setup s = kSetups[GENERATE(0, 1, 2)];
   INFO(s.fixture << ", " << TestType::type_name);
   const WeightsPtr w = weights(s.fixture);
   const auto head = prompt(0, kHead);

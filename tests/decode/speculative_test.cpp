@@ -954,7 +954,9 @@ using SpecCaches =
 TEMPLATE_LIST_TEST_CASE("speculative: greedy over transformers equals target-only greedy",
                         "[speculative]", SpecCaches) {
   using Cache = TestType;
-  const auto target_w = load_fixture("qwen2-awq-gemm");
+  const char* target_name = GENERATE("qwen2-awq-gemm", "qwen3-awq-gemm");
+  INFO("target " << target_name);
+  const auto target_w = load_fixture(target_name);
   const auto draft_w = load_fixture("llama-fp16");
   REQUIRE(target_w->config.vocab_size == draft_w->config.vocab_size);
   const Tokens prompt = {17, 42, 7, 99, 3, 250, 42, 7};

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/model/config_json.hpp: HF config.json for Llama / Qwen2 / Mistral, AutoAWQ
-// settings, generation_config.json stop ids, RoPE scaling keys, and reading a checkpoint directory.
+// Tests for edgellm/model/config_json.hpp: HF config.json for Llama / Qwen2 / Qwen3 / Mistral,
+// AutoAWQ settings, generation_config.json stop ids, RoPE scaling keys, and reading a checkpoint
+// directory.
 #include "edgellm/model/config_json.hpp"
 
 #include "support/temp_dir.hpp"
@@ -91,6 +92,18 @@ const char* kMistral = R"({
   "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
   "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
   "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32000
+})";
+
+// Qwen/Qwen3-0.6B's config.json.
+const char* kQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936
 })";
 
 json::Value parse_json(std::string_view text) {
@@ -209,6 +222,45 @@ TEST_CASE("config: Qwen2 with AWQ and generation_config stop ids", "[model]") {
              Contains("key 'use_sliding_window': Qwen2 sliding-window attention is not supported"));
 }
 
+TEST_CASE("config: Qwen3 has q/k norms, an explicit head_dim and optional biases", "[model]") {
+  const ModelConfig c = parse_ok(parse_json(kQwen3));
+  CHECK(c.model_type == ModelType::qwen3);
+  CHECK(std::string(edgellm::model::to_string(c.model_type)) == "qwen3");
+  CHECK(c.hidden_size == 1024);
+  CHECK(c.num_attention_heads == 16);
+  CHECK(c.num_key_value_heads == 8);
+  CHECK(c.head_dim == 128);  // not hidden / heads = 64
+  CHECK(c.q_dim() == 2048);
+  CHECK(c.kv_dim() == 1024);
+  CHECK(c.intermediate_size == 3072);
+  CHECK(c.vocab_size == 151936);
+  CHECK(c.max_position_embeddings == 40960);
+  CHECK(c.rope_theta == 1e6);
+  CHECK(c.rms_norm_eps == 1e-6);
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.attention_qk_norm);
+  CHECK_FALSE(c.attention_qkv_bias);  // unlike Qwen2
+  CHECK_FALSE(c.attention_out_bias);
+  CHECK_FALSE(c.mlp_bias);
+  CHECK_FALSE(c.sliding_window.has_value());
+  CHECK(c.eos_token_ids == std::vector<std::int64_t>{151645});
+  // attention_bias switches q/k/v and o biases (Qwen3Attention), never the MLP's.
+  const ModelConfig b = parse_ok(with(kQwen3, "attention_bias", "true"));
+  CHECK(b.attention_qkv_bias);
+  CHECK(b.attention_out_bias);
+  CHECK_FALSE(b.mlp_bias);
+  // Qwen3Config's defaults: head_dim 128 (not hidden / heads), 32768 positions.
+  CHECK(parse_ok(with(kQwen3, "head_dim", "")).head_dim == 128);
+  CHECK(parse_ok(with(kQwen3, "max_position_embeddings", "")).max_position_embeddings == 32768);
+  // Sliding-window attention is refused, like Qwen2's.
+  CHECK_THAT(parse_err(with(kQwen3, "use_sliding_window", "true"), errc::unsupported),
+             Contains("key 'use_sliding_window': Qwen3 sliding-window attention is not supported"));
+  // The other families have no q/k norm.
+  CHECK_FALSE(parse_ok(parse_json(kQwen2)).attention_qk_norm);
+  CHECK_FALSE(parse_ok(parse_json(kLlama2)).attention_qk_norm);
+  CHECK_FALSE(parse_ok(parse_json(kMistral)).attention_qk_norm);
+}
+
 TEST_CASE("config: Mistral records its sliding window", "[model]") {
   const ModelConfig c = parse_ok(parse_json(kMistral));
   CHECK(c.model_type == ModelType::mistral);
@@ -292,7 +344,7 @@ TEST_CASE("config: dimension validation names the key", "[model]") {
 TEST_CASE("config: unsupported models are refused by name", "[model]") {
   CHECK_THAT(parse_err(with(kLlama2, "model_type", "\"gpt2\""), errc::unsupported),
              Contains("key 'model_type': model type \"gpt2\" is not supported (supported: llama, "
-                      "qwen2, mistral)"));
+                      "qwen2, qwen3, mistral)"));
   CHECK_THAT(parse_err(with(kLlama2, "model_type", ""), errc::format_error),
              Contains("key 'model_type': missing"));
   CHECK_THAT(parse_err(with(kLlama2, "hidden_act", "\"gelu\""), errc::unsupported),

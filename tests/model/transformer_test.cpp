@@ -219,7 +219,7 @@ TEST_CASE("int4 at load (RTN) computes exactly the dequantised weights' forward"
   // fixture's weights are first loaded as int4; then a second copy has each Q4Matrix replaced by
   // its exact dequantisation. (load_weights creates the object non-const via make_shared, and
   // this helper holds the only reference, so the const_pointer_cast modification is defined.)
-  for (const char* name : {"llama-fp16", "llama-bf16", "qwen2-fp16"}) {
+  for (const char* name : {"llama-fp16", "llama-bf16", "qwen2-fp16", "qwen3-fp16"}) {
     const std::string dir = model_fixture(name);
     INFO(dir);
     const Expected e = edgellm::test::load_expected(dir);
@@ -434,6 +434,32 @@ TEST_CASE("AWQ modules_to_not_convert: those linears stay dense", "[model]") {
   CHECK(worst_relative_error(prompt_logits(t, e.ids), e) <= 1e-2f);
   auto r = make(load(tmp.str(), true));
   CHECK(worst_relative_error(prompt_logits(r, e.ids), e) <= 1e-4f);
+}
+
+TEST_CASE("Transformer: Qwen3's q_norm / k_norm shape the logits and the fingerprint", "[model]") {
+  // The weights of the per-head norms change the logits (so the parity tests above see them),
+  // and the prefix fingerprint covers them.
+  const std::string dir = model_fixture("qwen3-fp16");
+  const Expected e = edgellm::test::load_expected(dir);
+  const WeightsPtr w = load(dir, true);
+  REQUIRE(w->config.attention_qk_norm);
+  auto t = make(w);
+  const auto base = prompt_logits(t, e.ids);
+  CHECK(worst_relative_error(base, e) <= 1e-4f);
+  for (const bool k : {false, true}) {
+    INFO((k ? "k_norm" : "q_norm"));
+    auto changed = std::const_pointer_cast<TransformerWeights>(load(dir, true));
+    for (auto& L : changed->layers)
+      for (float& v : (k ? L.k_norm : L.q_norm)) v *= 3.0f;  // 3x the scores: sharper softmax
+    auto u = make(WeightsPtr(changed));
+    CHECK(worst_relative_error(prompt_logits(u, e.ids), e) > 1e-3f);
+    CHECK(u.model_fingerprint() != t.model_fingerprint());
+  }
+  // The same weights labelled qwen2 (no q/k norm): another fingerprint.
+  auto relabelled = std::const_pointer_cast<TransformerWeights>(load(dir, true));
+  relabelled->config.model_type = edgellm::model::ModelType::qwen2;
+  relabelled->config.attention_qk_norm = false;
+  CHECK(make(WeightsPtr(relabelled)).model_fingerprint() != t.model_fingerprint());
 }
 
 TEST_CASE("Transformer with an fp16 KV cache and an int4 lm_head", "[model]") {

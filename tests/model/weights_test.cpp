@@ -130,6 +130,8 @@ TEST_CASE("load_weights: every fixture, int4 and fp32 reference", "[model]") {
         CHECK(L.q_proj.bias.size() == (c.attention_qkv_bias ? L.q_proj.n() : 0));
         CHECK(L.v_proj.bias.size() == (c.attention_qkv_bias ? L.v_proj.n() : 0));
         CHECK(L.o_proj.bias.empty());
+        CHECK(L.q_norm.size() == (c.attention_qk_norm ? c.head_dim : 0));
+        CHECK(L.k_norm.size() == (c.attention_qk_norm ? c.head_dim : 0));
       }
       // Converted tensors' mapped pages were handed back (every fixture has page-sized ones).
       CHECK((*w)->released_source_bytes > 0);
@@ -299,6 +301,28 @@ TEST_CASE("load_weights errors name the file and tensor", "[model]") {
     CHECK_THAT(e.message, Contains(dir));
     CHECK_THAT(e.message, Contains("[hidden_size, intermediate_size]"));
   }
+  SECTION("missing q_norm of a Qwen3 model, fp16 and AWQ") {
+    for (const char* name : {"qwen3-fp16", "qwen3-awq-gemm"}) {
+      TempDir d;
+      const std::string dir = copy_fixture(name, d);
+      const std::string t = "model.layers.1.self_attn.q_norm.weight";
+      edit_tensor_header(dir + "/model.safetensors", t, "\"" + t + "\"",
+                         "\"model.layers.1.self_attn.q_norm.weighX\"");
+      auto e = load_error(dir);
+      CHECK(e.code == errc::format_error);
+      CHECK(e.message == "[load_weights] " + dir + ": missing tensor '" + t +
+                             "' (expected shape [32] = [head_dim])");
+    }
+  }
+  SECTION("a k_norm of a dtype the model cannot use") {
+    const std::string dir = copy_fixture("qwen3-fp16", tmp);
+    const std::string t = "model.layers.0.self_attn.k_norm.weight";
+    edit_tensor_header(dir + "/model.safetensors", t, "\"F16\"", "\"I16\"");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::unsupported);
+    CHECK(e.message == "[load_weights] " + dir + "/model.safetensors: " + t +
+                           ": dtype I16, expected F16 or BF16 or F32");
+  }
   SECTION("missing lm_head of an untied model") {
     const std::string dir = copy_fixture("llama-fp16", tmp);
     edit_tensor_header(dir + "/model.safetensors", "lm_head.weight", "\"lm_head.weight\"",
@@ -460,6 +484,15 @@ TEST_CASE("load_weights: tensors the config does not use are an error unless all
     auto w = load_weights(dir, allow);
     REQUIRE(w);
     CHECK((*w)->layers.size() == 1);
+  }
+  SECTION("q_norm / k_norm are unused tensors for the families without them") {
+    const std::string dir = copy_fixture("qwen3-fp16", tmp);
+    replace_in_file(dir + "/config.json", "\"model_type\": \"qwen3\"", "\"model_type\": \"llama\"");
+    auto e = load_error(dir);
+    CHECK(e.code == errc::format_error);
+    CHECK_THAT(e.message, Contains("4 tensors of the checkpoint are not used by its config.json"));
+    CHECK_THAT(e.message, Contains("model.layers.0.self_attn.k_norm.weight, "
+                                   "model.layers.0.self_attn.q_norm.weight, "));
   }
   SECTION("known-harmless tensors count as used; any other extra one is named") {
     const std::string dir = copy_fixture("llama-fp16", tmp);

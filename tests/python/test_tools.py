@@ -353,6 +353,10 @@ TINY_LLAMA = ["--arch", "llama", "--hidden", 64, "--layers", 2, "--heads", 4, "-
               "--intermediate", 128, "--vocab", 97, "--seed", 7]
 TINY_QWEN2 = ["--arch", "qwen2", "--hidden", 64, "--layers", 2, "--heads", 4, "--kv-heads", 1,
               "--intermediate", 96, "--vocab", 101, "--tie-embeddings", "--seed", 8]
+# head_dim 32: heads * head_dim = 128 != hidden, as in Qwen3-0.6B (16 * 128 != 1024)
+TINY_QWEN3 = ["--model-type", "qwen3", "--hidden", 64, "--layers", 2, "--heads", 4,
+              "--kv-heads", 2, "--head-dim", 32, "--intermediate", 96, "--vocab", 103,
+              "--tie-embeddings", "--seed", 9]
 
 
 class CheckpointTest(TmpDirCase):
@@ -418,6 +422,61 @@ class CheckpointTest(TmpDirCase):
         r.close()
         read_json(os.path.join(d, "generation_config.json"))
 
+    def test_qwen3_checkpoint(self):
+        d = make_ckpt(self.path("q3"), *TINY_QWEN3, "--awq", "gemm", "--group-size", 32)
+        cfg = read_json(os.path.join(d, "config.json"))
+        self.assertEqual(cfg["model_type"], "qwen3")
+        self.assertEqual(cfg["architectures"], ["Qwen3ForCausalLM"])
+        self.assertEqual(cfg["head_dim"], 32)
+        self.assertIs(cfg["attention_bias"], False)
+        self.assertIs(cfg["use_sliding_window"], False)
+        self.assertIsNone(cfg["sliding_window"])
+        self.assertEqual(cfg["max_position_embeddings"], 40960)
+        self.assertEqual((cfg["rope_theta"], cfg["rms_norm_eps"]), (1e6, 1e-6))
+        r = st.CheckpointReader(d)
+        keys = set(r.keys())
+        p = "model.layers.1.self_attn."
+        for norm in ("q_norm", "k_norm"):    # stay fp16 in an AutoAWQ checkpoint
+            self.assertEqual(r.shape(p + norm + ".weight"), [32])
+            self.assertEqual(r.dtype(p + norm + ".weight"), "F16")
+        self.assertFalse(any(k.endswith(".bias") for k in keys))     # no attention_bias
+        self.assertEqual(r.shape(p + "q_proj.qweight"), [64, 128 // 8])
+        self.assertEqual(r.shape(p + "o_proj.qweight"), [128, 64 // 8])
+        r.close()
+        # state-dict order: q_norm, k_norm right after o_proj
+        specs, _ = mc.plan(cfg, mc.parse_args(["--out", "x"] + [str(x) for x in TINY_QWEN3]))
+        names = [n for n, _, _ in specs if n.startswith("model.layers.0.")]
+        i = names.index("model.layers.0.self_attn.o_proj.weight")
+        self.assertEqual(names[i + 1:i + 3], ["model.layers.0.self_attn.q_norm.weight",
+                                              "model.layers.0.self_attn.k_norm.weight"])
+        # --attention-bias: q/k/v and o biases, as Qwen3Attention
+        d = make_ckpt(self.path("q3b"), *TINY_QWEN3, "--attention-bias", "--dtype", "fp32")
+        r = st.CheckpointReader(d)
+        for mod in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            self.assertIn(p + mod + ".bias", set(r.keys()))
+        r.close()
+
+    def test_qwen3_presets(self):
+        for name, layers, hidden, heads, inter, tied in (
+                ("qwen3-0.6b", 28, 1024, 16, 3072, True), ("qwen3-8b", 36, 4096, 32, 12288, False)):
+            a = mc.parse_args(["--out", "x", "--preset", name])
+            cfg = mc.build_config(a)
+            self.assertEqual(cfg["model_type"], "qwen3")
+            self.assertEqual((cfg["num_hidden_layers"], cfg["hidden_size"],
+                              cfg["intermediate_size"]), (layers, hidden, inter))
+            self.assertEqual((cfg["num_attention_heads"], cfg["num_key_value_heads"],
+                              cfg["head_dim"]), (heads, 8, 128))
+            self.assertEqual((cfg["vocab_size"], cfg["tie_word_embeddings"]), (151936, tied))
+            self.assertEqual((cfg["rope_theta"], cfg["rms_norm_eps"]), (1e6, 1e-6))
+            self.assertEqual(cfg["max_position_embeddings"], 40960)
+            self.assertEqual((cfg["bos_token_id"], cfg["eos_token_id"]), (151643, 151645))
+            specs, _ = mc.plan(cfg, a)
+            shapes = {n: shp for n, _, shp in specs}
+            self.assertEqual(shapes["model.layers.0.self_attn.k_norm.weight"], [128])
+            self.assertEqual(shapes["model.layers.0.self_attn.q_proj.scales"],
+                             [hidden // 128, heads * 128])
+            self.assertEqual("lm_head.weight" in shapes, not tied)
+
     def test_rtn_codes_are_autoawq_of_the_fp16_weight(self):
         # --awq-codes rtn stores exactly RTN(fp16 weight) of the unquantised checkpoint
         dq = make_ckpt(self.path("q"), *TINY_LLAMA, "--awq", "gemv", "--group-size", 32,
@@ -438,8 +497,9 @@ class CheckpointTest(TmpDirCase):
 # ============================================================================ reference forward
 
 
-def naive_attention(x, lw, nh, nkv, hd, theta, kv_of=None):
-    """One attention block, float64 loops, written from formats.md 3.3 directly."""
+def naive_attention(x, lw, nh, nkv, hd, theta, kv_of=None, qk_norm_eps=None):
+    """One attention block, float64 loops, written from formats.md 3.3 directly (with
+    qk_norm_eps: Qwen3's per-head RMSNorm of q and k by self_attn.q_norm / k_norm)."""
     t = x.shape[0]
     W = {k: lw[k].double().numpy() for k in ("self_attn.q_proj", "self_attn.k_proj",
                                              "self_attn.v_proj", "self_attn.o_proj")}
@@ -447,6 +507,13 @@ def naive_attention(x, lw, nh, nkv, hd, theta, kv_of=None):
     q = x @ W["self_attn.q_proj"].T + B["self_attn.q_proj"]
     k = x @ W["self_attn.k_proj"].T + B["self_attn.k_proj"]
     v = x @ W["self_attn.v_proj"].T + B["self_attn.v_proj"]
+    if qk_norm_eps is not None:
+        for y, n, w in ((q, nh, lw["self_attn.q_norm"]), (k, nkv, lw["self_attn.k_norm"])):
+            w = w.double().numpy()
+            for i in range(t):
+                for h in range(n):
+                    seg = y[i, h * hd:(h + 1) * hd]
+                    y[i, h * hd:(h + 1) * hd] = seg / math.sqrt((seg * seg).mean() + qk_norm_eps) * w
 
     def rope(vec, pos):
         out = vec.copy()
@@ -527,6 +594,27 @@ class ReferenceForwardTest(TmpDirCase):
         np.testing.assert_allclose(hidden[1].numpy(), h2, rtol=1e-5, atol=1e-6)
         ref_logits = rms(h2, m.norm) @ m.lm_head.numpy().T
         np.testing.assert_allclose(logits.numpy(), ref_logits, rtol=1e-5, atol=1e-6)
+
+    def test_qwen3_attention_normalises_q_and_k_heads(self):
+        d = make_ckpt(self.path("q3"), *TINY_QWEN3, "--layers", 1, "--dtype", "fp32",
+                      "--init-std", 0.2, "--rope-theta", 100.0)
+        m = rf.Model(d, "fp64")
+        self.assertTrue(m.cfg.qk_norm)
+        lw = m.layer(0)
+        rng = np.random.default_rng(10)
+        x = rng.standard_normal((5, 64))
+        ours = rf.attention(m, lw, torch.from_numpy(x), torch.arange(5)).numpy()
+        ref = naive_attention(x, lw, 4, 2, 32, 100.0, qk_norm_eps=1e-6)
+        np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+        # the norm matters: without it the block differs
+        self.assertGreater(np.abs(naive_attention(x, lw, 4, 2, 32, 100.0) - ref).max(), 1e-3)
+        self._causal_and_finite(rf.Model(d), [3, 1, 4, 1, 5, 9, 2])
+        # q/k_norm are part of a dequantised AWQ checkpoint as well
+        dq = make_ckpt(self.path("q3awq"), *TINY_QWEN3, "--awq", "gemm", "--group-size", 32)
+        out = self.path("deq")
+        rf.dequantize_to(dq, out)
+        torch.testing.assert_close(rf.forward(rf.Model(out), [1, 2, 3]),
+                                   rf.forward(rf.Model(dq), [1, 2, 3]), rtol=0, atol=0)
 
     def test_gemm_gemv_dequantize_to_agree(self):
         ids = [2, 7, 1, 8, 2, 8]

@@ -66,6 +66,9 @@ struct LinearTarget {
 ///     b.begin(first_pos, rows) -> status          start a chunk (RoPE angles of its positions)
 ///     b.embed(table, ids, x) -> status            x[t] = table[ids[t]]
 ///     b.rms_norm(x, w, out, r0, r1)               rows [r0, r1) of out = rmsnorm(x) * w
+///     b.head_rms_norm(t, w, rows)                 in place, each head (head_dim values) of
+///                                                 rows [0, rows) of t = rmsnorm(head) * w, w
+///                                                 [head_dim] (Qwen3's q_norm / k_norm)
 ///     b.linear(m, x, y, rows) -> status           y = x m^T (+ bias)
 ///     b.linear_group(targets, x, rows) -> status  several linears of one x (q/k/v, gate/up)
 ///     b.rope(t, rows)                             RoPE on t's heads (t.cols / head_dim of them)
@@ -126,6 +129,7 @@ concept ComputeBackend =
       { b.begin(n, n) } -> std::same_as<status>;
       { b.embed(e, ids, t) } -> std::same_as<status>;
       { b.rms_norm(t, v, t, n, n) } -> std::same_as<void>;
+      { b.head_rms_norm(t, v, n) } -> std::same_as<void>;
       { b.linear(m, t, t, n) } -> std::same_as<status>;
       { b.linear_group(targets, t, n) } -> std::same_as<status>;
       { b.rope(t, n) } -> std::same_as<void>;

@@ -152,6 +152,14 @@ class Cpu {
                       host_.shape().rms_norm_eps);
   }
 
+  // Rows of [rows * heads][head_dim]; kernels::rms_norm reads each element before writing it,
+  // so in place is fine.
+  void head_rms_norm(Tensor t, Vector w, std::size_t rows) {
+    const std::size_t head_dim = host_.shape().head_dim;
+    kernels::rms_norm(t.data.data(), w.data(), t.data.data(), head_dim, 0,
+                      rows * (t.cols / head_dim), host_.shape().rms_norm_eps);
+  }
+
   status linear(Matrix w, Tensor x, Tensor y, std::size_t rows) {
     return linear_forward(*w, x.data.first(rows * w->k()), rows, y.data, mo_);
   }

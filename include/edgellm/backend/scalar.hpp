@@ -76,6 +76,12 @@ class Scalar {
                                  host_.shape().rms_norm_eps);
   }
 
+  void head_rms_norm(Tensor t, Vector w, std::size_t rows) {
+    const std::size_t head_dim = host_.shape().head_dim;
+    kernels::reference::rms_norm(t.data.data(), w.data(), t.data.data(), head_dim, 0,
+                                 rows * (t.cols / head_dim), host_.shape().rms_norm_eps);
+  }
+
   status linear(Matrix w, Tensor x, Tensor y, std::size_t rows) {
     return product(*w, x.data.data(), rows, y.data.data());
   }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The model description edgellm runs: decoder family and shapes of a Llama / Qwen2 / Mistral
-// model, its AutoAWQ quantization settings, and the RoPE inverse frequencies they imply.
+// The model description edgellm runs: decoder family and shapes of a Llama / Qwen2 / Qwen3 /
+// Mistral model, its AutoAWQ quantization settings, and the RoPE inverse frequencies they imply.
 // Reading them from a checkpoint's config.json is model/config_json.hpp.
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace edgellm::model {
 
 /// The decoder families edgellm runs (config.json `model_type`).
-enum class ModelType { llama, qwen2, mistral };
+enum class ModelType { llama, qwen2, mistral, qwen3 };
 
 inline const char* to_string(ModelType t) noexcept {
   switch (t) {
@@ -26,6 +26,8 @@ inline const char* to_string(ModelType t) noexcept {
       return "qwen2";
     case ModelType::mistral:
       return "mistral";
+    case ModelType::qwen3:
+      return "qwen3";
   }
   return "?";
 }
@@ -73,7 +75,7 @@ struct AwqConfig {
   }
 };
 
-/// The parts of a Hugging Face config.json that define a Llama / Qwen2 / Mistral decoder.
+/// The parts of a Hugging Face config.json that define a Llama / Qwen2 / Qwen3 / Mistral decoder.
 /// All dimensions are validated positive (and at most 2^31 − 1).
 struct ModelConfig {
   ModelType model_type = ModelType::llama;
@@ -89,8 +91,12 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;  ///< lm_head shares model.embed_tokens.weight
-  bool attention_qkv_bias = false;  ///< q/k/v_proj have biases (Qwen2 always; Llama attention_bias)
-  bool attention_out_bias = false;  ///< o_proj has a bias (Llama attention_bias)
+  bool attention_qkv_bias = false;   ///< q/k/v_proj have biases (Qwen2 always; Llama, Qwen3
+                                     ///< attention_bias)
+  bool attention_out_bias = false;   ///< o_proj has a bias (Llama, Qwen3 attention_bias)
+  /// Each head of q and of k is RMS-normalised (weights self_attn.q_norm / k_norm, [head_dim],
+  /// eps rms_norm_eps) after its projection and before RoPE (Qwen3 always).
+  bool attention_qk_norm = false;
   bool mlp_bias = false;            ///< gate/up/down_proj have biases (Llama mlp_bias)
   /// Mistral's sliding attention window (e.g. 4096 in Mistral-7B-v0.1); nullopt for full
   /// attention. Attention must be limited to this many past positions when set.

@@ -341,9 +341,10 @@ inline result<AwqConfig> parse_awq_config(const io::json::Value& q, std::string_
 
 /// Parses a config.json object. `source` names it in messages. `generation_config`, if given
 /// (`generation_source` names it), contributes bos_token_id when config.json lacks one and extra
-/// eos ids. Refuses, with errc::unsupported, model types other than llama / qwen2 / mistral,
-/// hidden_act other than silu, partial rotary embeddings, Qwen2 sliding-window attention and RoPE
-/// scaling other than linear / llama3; other bad values are errc::format_error naming the key.
+/// eos ids. Refuses, with errc::unsupported, model types other than llama / qwen2 / qwen3 /
+/// mistral, hidden_act other than silu, partial rotary embeddings, Qwen2 / Qwen3 sliding-window
+/// attention and RoPE scaling other than linear / llama3; other bad values are errc::format_error
+/// naming the key.
 inline result<ModelConfig> parse_model_config(const io::json::Value& config,
                                               std::string_view source,
                                               const io::json::Value* generation_config = nullptr,
@@ -359,17 +360,23 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
 
   auto mt = r.string_opt("model_type");
   if (!mt) return mt.error();
-  if (!*mt) return r.fail("model_type", "missing (expected \"llama\", \"qwen2\" or \"mistral\")");
+  if (!*mt) {
+    return r.fail("model_type",
+                  "missing (expected \"llama\", \"qwen2\", \"qwen3\" or \"mistral\")");
+  }
   if (**mt == "llama") {
     c.model_type = ModelType::llama;
   } else if (**mt == "qwen2") {
     c.model_type = ModelType::qwen2;
+  } else if (**mt == "qwen3") {
+    c.model_type = ModelType::qwen3;
   } else if (**mt == "mistral") {
     c.model_type = ModelType::mistral;
   } else {
-    return r.fail("model_type",
-                  "model type \"" + **mt + "\" is not supported (supported: llama, qwen2, mistral)",
-                  errc::unsupported);
+    return r.fail(
+        "model_type",
+        "model type \"" + **mt + "\" is not supported (supported: llama, qwen2, qwen3, mistral)",
+        errc::unsupported);
   }
 
   auto act = r.string_opt("hidden_act");
@@ -389,8 +396,10 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
   EDGELLM_CFG_TRY(heads, r.positive("num_attention_heads"));
   EDGELLM_CFG_TRY(kv, r.positive_or("num_key_value_heads", *heads));
   EDGELLM_CFG_TRY(vocab, r.positive("vocab_size"));
+  // transformers' defaults of each config class.
   const std::size_t default_ctx = c.model_type == ModelType::llama   ? 2048
                                   : c.model_type == ModelType::qwen2 ? 32768
+                                  : c.model_type == ModelType::qwen3 ? 32768
                                                                      : 131072;
   EDGELLM_CFG_TRY(ctx, r.positive_or("max_position_embeddings", default_ctx));
   c.hidden_size = *hidden;
@@ -408,6 +417,8 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
   if (r.get_non_null("head_dim") != nullptr) {
     EDGELLM_CFG_TRY(hd, r.positive("head_dim"));
     c.head_dim = *hd;
+  } else if (c.model_type == ModelType::qwen3) {
+    c.head_dim = 128;  // Qwen3Config's default, not hidden_size / heads
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
       return r.fail("hidden_size",
@@ -467,14 +478,24 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
       c.mlp_bias = *mb;
       break;
     }
-    case ModelType::qwen2: {
-      // Qwen2Attention: q/k/v with bias, o_proj without, fixed in code.
-      c.attention_qkv_bias = true;
+    case ModelType::qwen2:
+    case ModelType::qwen3: {
+      const bool qwen2 = c.model_type == ModelType::qwen2;
+      if (qwen2) {
+        // Qwen2Attention: q/k/v with bias, o_proj without, fixed in code.
+        c.attention_qkv_bias = true;
+      } else {
+        // Qwen3Attention: q/k/v/o biases iff attention_bias; q_norm / k_norm always.
+        EDGELLM_CFG_TRY(ab, r.boolean_or("attention_bias", false));
+        c.attention_qkv_bias = c.attention_out_bias = *ab;
+        c.attention_qk_norm = true;
+      }
       EDGELLM_CFG_TRY(sw, r.boolean_or("use_sliding_window", false));
       if (*sw) {
         return r.fail("use_sliding_window",
-                      "Qwen2 sliding-window attention is not supported (released Qwen2 models "
-                      "set it to false)",
+                      std::string(qwen2 ? "Qwen2" : "Qwen3") +
+                          " sliding-window attention is not supported (released " +
+                          (qwen2 ? "Qwen2" : "Qwen3") + " models set it to false)",
                       errc::unsupported);
       }
       break;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Llama / Qwen2 / Mistral decoder forward pass over shared, read-only weights and a
+// The Llama / Qwen2 / Qwen3 / Mistral decoder forward pass over shared, read-only weights and a
 // per-instance KV cache, computed by a backend (backend/backend.hpp); satisfies decode::Model.
 #pragma once
 
@@ -53,14 +53,16 @@ struct TransformerOptions {
   kernels::Isa isa = kernels::Isa::best;
 };
 
-/// A decoder-only transformer (HF LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM
-/// semantics, docs/formats.md 3.3) over weights shared with other instances, with its own KV
-/// cache of type Cache (any cache::KVCache: KVCacheF32 by default, KVCacheF16, KVCacheQ8).
+/// A decoder-only transformer (HF LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM /
+/// MistralForCausalLM semantics, docs/formats.md 3.3) over weights shared with other instances,
+/// with its own KV cache of type Cache (any cache::KVCache: KVCacheF32 by default, KVCacheF16,
+/// KVCacheQ8).
 ///
 /// forward() per chunk of T tokens at positions p0 .. p0 + T - 1 (all fp32):
 ///   x = embed_tokens[ids]                                                  [T][hidden]
 ///   per layer: n = rmsnorm(x) * input_layernorm
 ///              q, k, v = n Wq^T (+bq), n Wk^T (+bk), n Wv^T (+bv)          gemv if T == 1
+///              (Qwen3: each head of q and k = rmsnorm(head) * q_norm / k_norm)
 ///              q, k = rope(q), rope(k)   (rotate_half pairs (i, i + d/2); angle = pos *
 ///                                         inv_freq[i] in fp32, inv_freq = rope_inv_freq(cfg))
 ///              cache.append(k, v); a = cache.attend(q)   (causal GQA softmax attention)
@@ -263,8 +265,9 @@ class Transformer {
   /// saved prefix is only loaded where it is valid: config.json's architecture fields (model
   /// type, sizes, heads, vocabulary, RoPE, norm epsilon, biases, AWQ settings), how the weights
   /// were loaded (fp32 reference, RTN group size), the matmul path (exact and fast give other
-  /// bits), and samples of the weights: every RMSNorm weight, the k/v_proj biases, the first and
-  /// last embedding rows and the first 4 KiB of k_proj and v_proj of the first and last layer.
+  /// bits), and samples of the weights: every RMSNorm weight (Qwen3's q/k_norm too), the k/v_proj
+  /// biases, the first and last embedding rows and the first 4 KiB of k_proj and v_proj of the
+  /// first and last layer.
   /// Not the thread count or ISA (results do not depend on them). A guard against mix-ups, not
   /// a cryptographic identity: checkpoints equal in all of these would share a fingerprint.
   std::uint64_t model_fingerprint() const noexcept { return fingerprint_; }
@@ -300,6 +303,7 @@ class Transformer {
   // A layer's weights as the backend holds them.
   struct LayerHandles {
     Vector input_layernorm, post_attention_layernorm;
+    Vector q_norm, k_norm;  // [head_dim]; empty unless attention_qk_norm
     Matrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
   };
 
@@ -345,6 +349,10 @@ class Transformer {
       LayerHandles& h = layers_[l];
       if (auto st = vector(h.input_layernorm, L.input_layernorm); !st) return st;
       if (auto st = vector(h.post_attention_layernorm, L.post_attention_layernorm); !st) return st;
+      if (c.attention_qk_norm) {
+        if (auto st = vector(h.q_norm, L.q_norm); !st) return st;
+        if (auto st = vector(h.k_norm, L.k_norm); !st) return st;
+      }
       for (auto [out, lin] : {std::pair{&h.q_proj, &L.q_proj}, std::pair{&h.k_proj, &L.k_proj},
                               std::pair{&h.v_proj, &L.v_proj}, std::pair{&h.o_proj, &L.o_proj},
                               std::pair{&h.gate_proj, &L.gate_proj},
@@ -384,7 +392,8 @@ class Transformer {
     f64(c.rope_scaling.high_freq_factor);
     u64(c.rope_scaling.original_max_position_embeddings);
     u64((c.tie_word_embeddings ? 1u : 0u) | (c.attention_qkv_bias ? 2u : 0u) |
-        (c.attention_out_bias ? 4u : 0u) | (c.mlp_bias ? 8u : 0u));
+        (c.attention_out_bias ? 4u : 0u) | (c.mlp_bias ? 8u : 0u) |
+        (c.attention_qk_norm ? 16u : 0u));
     u64(c.awq ? 1 : 0);
     if (c.awq) {
       u64(static_cast<std::uint64_t>(c.awq->bits));
@@ -401,6 +410,10 @@ class Transformer {
     for (const LayerWeights& l : w.layers) {
       floats(l.input_layernorm.data(), l.input_layernorm.size());
       floats(l.post_attention_layernorm.data(), l.post_attention_layernorm.size());
+      if (c.attention_qk_norm) {  // only then, so that other models' fingerprints stay as they were
+        floats(l.q_norm.data(), l.q_norm.size());
+        floats(l.k_norm.data(), l.k_norm.size());
+      }
       floats(l.k_proj.bias.data(), l.k_proj.bias.size());
       floats(l.v_proj.bias.data(), l.v_proj.bias.size());
     }
@@ -436,6 +449,10 @@ class Transformer {
       b.rms_norm(x_, L.input_layernorm, xn_, 0, T);
       const Target qkv[] = {{L.q_proj, q_}, {L.k_proj, k_}, {L.v_proj, v_}};
       if (auto st = b.linear_group(std::span<const Target>(qkv), xn_, T); !st) return st;
+      if (weights_->config.attention_qk_norm) {
+        b.head_rms_norm(q_, L.q_norm, T);
+        b.head_rms_norm(k_, L.k_norm, T);
+      }
       b.rope(q_, T);
       b.rope(k_, T);
       if (auto st = b.attention(cache_, l, p0, T, q_, k_, v_, attn_); !st) return st;

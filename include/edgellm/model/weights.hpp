@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Weights of a Llama / Qwen2 / Mistral decoder loaded from a Hugging Face checkpoint directory
-// (plain fp16/bf16/fp32 or AutoAWQ gemm/gemv), validated against config.json, in the form the
-// transformer runs: packed int4 linears (or dense fp32 in reference mode), fp32 norms and
+// Weights of a Llama / Qwen2 / Qwen3 / Mistral decoder loaded from a Hugging Face checkpoint
+// directory (plain fp16/bf16/fp32 or AutoAWQ gemm/gemv), validated against config.json, in the form
+// the transformer runs: packed int4 linears (or dense fp32 in reference mode), fp32 norms and
 // biases, and embeddings / lm_head read in place from the memory-mapped files.
 #pragma once
 
@@ -149,6 +149,8 @@ inline result<DenseMatrix> dense_matrix_copy(const io::TensorView& t) {
 struct LayerWeights {
   std::vector<float> input_layernorm;           ///< [hidden]
   std::vector<float> post_attention_layernorm;  ///< [hidden]
+  /// self_attn.q_norm / k_norm, [head_dim] each; empty unless config.attention_qk_norm.
+  std::vector<float> q_norm, k_norm;
   Linear q_proj, k_proj, v_proj, o_proj;        ///< self_attn.*
   Linear gate_proj, up_proj, down_proj;         ///< mlp.*
 };
@@ -176,7 +178,9 @@ struct TransformerWeights {
   std::size_t owned_bytes() const noexcept {
     std::size_t b = embed_tokens.owned_bytes() + lm_head.owned_bytes() + norm.size() * 4;
     for (const LayerWeights& l : layers) {
-      b += (l.input_layernorm.size() + l.post_attention_layernorm.size()) * 4;
+      b += (l.input_layernorm.size() + l.post_attention_layernorm.size() + l.q_norm.size() +
+            l.k_norm.size()) *
+           4;
       for (const Linear* p :
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
         b += p->owned_bytes();
@@ -473,7 +477,8 @@ inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks)
 
 /// The tensors of `ckpt` that load_weights does not read for config `c`, sorted by name.
 /// Read: model.embed_tokens.weight, model.norm.weight, lm_head.weight (unless the embeddings are
-/// tied), and for each of the num_hidden_layers layers its two norms and seven linears (AWQ
+/// tied), and for each of the num_hidden_layers layers its two norms (four with
+/// attention_qk_norm: self_attn.q_norm / k_norm) and seven linears (AWQ
 /// qweight / qzeros / scales, or weight for unquantised and modules_to_not_convert linears), with
 /// the biases the config asks for. Never counted: `*.rotary_emb.inv_freq` (a buffer old
 /// transformers versions saved, recomputed from rope_theta) and a stored lm_head.weight of a
@@ -490,6 +495,10 @@ inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const
     const std::string pre = "model.layers." + std::to_string(i) + ".";
     used.push_back(pre + "input_layernorm.weight");
     used.push_back(pre + "post_attention_layernorm.weight");
+    if (c.attention_qk_norm) {
+      used.push_back(pre + "self_attn.q_norm.weight");
+      used.push_back(pre + "self_attn.k_norm.weight");
+    }
     for (const auto& [module, bias] : linears) {
       const std::string m = pre + std::string(module);
       if (c.awq && c.awq->is_quantized(module)) {
@@ -510,8 +519,8 @@ inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const
   return unused;
 }
 
-/// Loads the decoder in checkpoint directory `dir`: config.json (see load_model_config; model
-/// types llama, qwen2, mistral), then every tensor, each checked for presence, dtype and shape
+/// Loads the decoder in checkpoint directory `dir`: config.json (see load_model_config; model types
+/// llama, qwen2, qwen3, mistral), then every tensor, each checked for presence, dtype and shape
 /// against the config (messages name the file and tensor, e.g. "[load_weights]
 /// /m/model.safetensors: model.layers.3.mlp.down_proj.weight: shape [64, 100] but config says
 /// [64, 192] ([hidden_size, intermediate_size])").
@@ -661,6 +670,14 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     auto n2 = ld.vector_f32(pre + "post_attention_layernorm.weight", H, vec_why);
     if (!n2) return n2.error();
     L.post_attention_layernorm = std::move(*n2);
+    if (c.attention_qk_norm) {
+      auto qn = ld.vector_f32(pre + "self_attn.q_norm.weight", c.head_dim, "[head_dim]");
+      if (!qn) return qn.error();
+      L.q_norm = std::move(*qn);
+      auto kn = ld.vector_f32(pre + "self_attn.k_norm.weight", c.head_dim, "[head_dim]");
+      if (!kn) return kn.error();
+      L.k_norm = std::move(*kn);
+    }
 
     struct Spec {
       Linear* out;
