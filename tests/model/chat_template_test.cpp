@@ -351,7 +351,8 @@ TEST_CASE("A rendered Qwen ChatML prompt encodes its markers as special tokens",
   CHECK(ids->front() == *start);
 }
 
-TEST_CASE("A rendered Llama 3 / Qwen3 chat encodes to the real tokenizers' ids", "[chat_template]") {
+TEST_CASE("A rendered Llama 3 / Qwen3 chat encodes to the real tokenizers' ids",
+          "[chat_template]") {
   // tests/data/tokenizer/real/<family>: the real tokenizer.json (all added tokens, real ids)
   // reduced to the vocabulary the conversation needs, the real tokenizer_config.json, and the
   // rendering and ids that @huggingface/jinja and the FULL tokenizer give
@@ -385,7 +386,8 @@ TEST_CASE("A rendered Llama 3 / Qwen3 chat encodes to the real tokenizers' ids",
     auto ids = tok->encode(*prompt, eo);
     REQUIRE(ids.has_value());
     std::vector<std::int32_t> expected;
-    for (const json::Value& v : o.find("expected_ids")->as_array()) expected.push_back(static_cast<std::int32_t>(*v.get_int()));
+    for (const json::Value& v : o.find("expected_ids")->as_array())
+      expected.push_back(static_cast<std::int32_t>(*v.get_int()));
     CHECK(*ids == expected);
     for (const json::Member& m : o.find("special_ids")->as_object()) {
       CHECK(tok->token_to_id(m.key) == static_cast<std::int32_t>(*m.value.get_int()));
@@ -398,6 +400,7 @@ TEST_CASE("A rendered Llama 3 / Qwen3 chat encodes to the real tokenizers' ids",
     eo.parse_special = false;
     auto plain = tok->encode(*prompt, eo);
     REQUIRE(plain.has_value());
-    for (const std::int32_t id : f.special) CHECK(std::count(plain->begin(), plain->end(), id) == 0);
+    for (const std::int32_t id : f.special)
+      CHECK(std::count(plain->begin(), plain->end(), id) == 0);
   }
 }
