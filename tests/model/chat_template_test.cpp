@@ -3,7 +3,8 @@
 // (tests/data/chat_templates, made by tools/make_chat_template_fixtures.mjs), raise_exception
 // reaches the caller, unsupported and malformed templates fail with line:column, and the
 // Jinja details chat templates rely on (whitespace control, loop variables, namespaces,
-// slicing, undefined) behave as in Python's Jinja2.
+// slicing, undefined) behave as in Python's Jinja2; a rendered Llama 3 / Qwen3 chat encodes to
+// the ids of the real tokenizers, special tokens included (tests/data/tokenizer/real).
 #include "edgellm/model/chat_template.hpp"
 
 #include "edgellm/io/json.hpp"
