@@ -3,7 +3,8 @@
 // (tests/data/chat_templates, made by tools/make_chat_template_fixtures.mjs), raise_exception
 // reaches the caller, unsupported and malformed templates fail with line:column, and the
 // Jinja details chat templates rely on (whitespace control, loop variables, namespaces,
-// slicing, undefined) behave as in Python's Jinja2.
+// slicing, undefined) behave as in Python's Jinja2; a rendered Llama 3 / Qwen3 chat encodes to
+// the ids of the real tokenizers, special tokens included (tests/data/tokenizer/real).
 #include "edgellm/model/chat_template.hpp"
 
 #include "edgellm/io/json.hpp"
@@ -349,4 +350,58 @@ TEST_CASE("A rendered Qwen ChatML prompt encodes its markers as special tokens",
   CHECK(std::count(ids->begin(), ids->end(), *start) == 3);
   CHECK(std::count(ids->begin(), ids->end(), *end) == 2);
   CHECK(ids->front() == *start);
+}
+
+TEST_CASE("A rendered Llama 3 / Qwen3 chat encodes to the real tokenizers' ids",
+          "[chat_template]") {
+  // tests/data/tokenizer/real/<family>: the real tokenizer.json (all added tokens, real ids)
+  // reduced to the vocabulary the conversation needs, the real tokenizer_config.json, and the
+  // rendering and ids that @huggingface/jinja and the FULL tokenizer give
+  // (tools/make_real_tokenizer_fixtures.mjs). Encoded as edgellm-generate --chat does.
+  const struct {
+    const char* family;
+    std::vector<std::int32_t> special;  // must appear: the markers of the template
+  } families[] = {
+      {"llama3", {128000, 128006, 128007, 128009}},  // begin_of_text, start/end_header_id, eot_id
+      {"qwen3", {151644, 151645}},                   // im_start, im_end
+  };
+  for (const auto& f : families) {
+    INFO(f.family);
+    const std::string dir = edgellm::test::source_dir() + "/tests/data/tokenizer/real/" + f.family;
+    const json::Value chat = read_json(dir + "/chat.json");
+    const json::Object& o = chat.as_object();
+    auto t = ChatTemplate::load(dir);
+    if (!t) FAIL(t.error().message);
+    auto tok = edgellm::model::Tokenizer::load(dir + "/tokenizer.json");
+    if (!tok) FAIL(tok.error().message);
+
+    ChatRenderOptions opt;
+    opt.add_generation_prompt = o.find("add_generation_prompt")->as_bool();
+    auto prompt = t->render_json(*o.find("messages"), opt);
+    if (!prompt) FAIL(prompt.error().message);
+    CHECK(*prompt == o.find("expected")->as_string());
+
+    edgellm::model::EncodeOptions eo;
+    eo.add_special = false;
+    eo.parse_special = true;
+    auto ids = tok->encode(*prompt, eo);
+    REQUIRE(ids.has_value());
+    std::vector<std::int32_t> expected;
+    for (const json::Value& v : o.find("expected_ids")->as_array())
+      expected.push_back(static_cast<std::int32_t>(*v.get_int()));
+    CHECK(*ids == expected);
+    for (const json::Member& m : o.find("special_ids")->as_object()) {
+      CHECK(tok->token_to_id(m.key) == static_cast<std::int32_t>(*m.value.get_int()));
+    }
+    for (const std::int32_t id : f.special) {
+      INFO("special id " << id);
+      CHECK(std::count(ids->begin(), ids->end(), id) >= 1);
+    }
+    // Without parse_special the markers are text: no special id comes out.
+    eo.parse_special = false;
+    auto plain = tok->encode(*prompt, eo);
+    REQUIRE(plain.has_value());
+    for (const std::int32_t id : f.special)
+      CHECK(std::count(plain->begin(), plain->end(), id) == 0);
+  }
 }
