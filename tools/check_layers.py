@@ -23,7 +23,7 @@ LAYERS = [
     ("kernels/",),
     ("cache/",),
     ("backend/",),
-    ("model/",),
+    ("model/", "quant/"),
     ("decode/",),
     ("session/", "session.hpp", "plan.hpp"),
     ("edgellm.hpp", "kernels.hpp", "model.hpp", "decode.hpp"),  # umbrellas
@@ -34,7 +34,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"edgellm/([^"]+)"')
 C_API = "c/"
 ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]edgellm/([^">]+)[">]')
 # Folder namespaces whose `detail` is private to the folder.
-FOLDER_DETAIL = re.compile(r"\b(io|kernels|cache|backend|model|decode|session)::detail\b")
+FOLDER_DETAIL = re.compile(r"\b(io|kernels|cache|backend|model|quant|decode|session)::detail\b")
 
 
 def layer_of(rel: str) -> int | None:
