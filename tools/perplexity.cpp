@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -89,7 +90,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = edgellm::tools::canonical_flag(
         argv[i], {{"--file", "--text"}, {"--context", "--ctx"}});
-    const std::string flag = argv[i];
+    const std::string flag(arg);  // messages name the flag in full (-t is --threads)
     std::string v;
     const auto value = [&](std::string& out) {
       if (i + 1 >= argc) return false;
@@ -146,7 +147,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
         return fail(why);
       }
     } else {
-      return fail("unknown argument '" + flag + "'");
+      return fail("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
   if (a.model.empty()) return fail("--model DIR is required");
@@ -322,6 +323,13 @@ int run(const Args& a) {
   auto text = edgellm::io::read_text_file(a.text);
   if (!text) return fail("--text: " + text.error().message);
   if (text->empty()) return fail("--text: '" + a.text + "' is empty");
+  for (const auto& [flag, dir] : {std::pair{"--model", &a.model}, {"--kl-base", &a.kl_base}}) {
+    std::error_code ec;
+    if (!dir->empty() && !std::filesystem::is_directory(*dir, ec)) {
+      return fail(std::string(flag) + ": '" + *dir + "' is not a directory" +
+                  (ec ? " (" + ec.message() + ")" : ""));
+    }
+  }
   auto tok = edgellm::model::Tokenizer::load(a.model);
   if (!tok) return fail("--model: " + tok.error().message);
   auto encoded = tok->encode(*text);
