@@ -51,16 +51,17 @@ constexpr const char* kUsage =
     "--kl-divergence does.\n"
     "\n"
     "options:\n"
-    "  -m, --model DIR      the checkpoint directory (required; its tokenizer.json tokenises FILE)\n"
+    "  -m, --model DIR      the checkpoint directory (required; its tokenizer.json\n"
+    "                       tokenises FILE)\n"
     "  --text FILE          the evaluation text (required; -f/--file is the same flag)\n"
     "  -c, --ctx N          window size in tokens (default 512; at least 2)\n"
     "  --stride N           tokens between window starts (default: ctx; 1..ctx)\n"
     "  -n, --max-tokens N   only the first N tokens of FILE (default: all)\n"
     "  --kl-base BASE       a base checkpoint (e.g. the fp16 one) to measure KL divergence to\n"
     "  --format text|json   one human line (default) or one JSON object on stdout:\n"
-    "                       {\"model\", \"text\", \"ctx\", \"stride\", \"windows\", \"tokens\", \"nll\",\n"
-    "                       \"ppl\", \"ppl_stderr\"} and with --kl-base \"base\", \"kl\", \"kl_stderr\",\n"
-    "                       \"kl_p99\", \"top1\" (a fraction)\n"
+    "                       {\"model\", \"text\", \"ctx\", \"stride\", \"windows\",\n"
+    "                       \"tokens\", \"nll\", \"ppl\", \"ppl_stderr\"} and with --kl-base\n"
+    "                       \"base\", \"kl\", \"kl_stderr\", \"kl_p99\", \"top1\" (a fraction)\n"
     "  --fp32-reference     the model in dense fp32 weights and math (AWQ weights dequantised as\n"
     "                       AutoAWQ does); default: int4 (fp16 checkpoints quantised at load)\n"
     "  --exact              int4 matmuls on the exact path (default: the fast W4A8 path)\n"
@@ -88,8 +89,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   };
   bool have_stride = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = edgellm::tools::canonical_flag(
-        argv[i], {{"--file", "--text"}, {"--context", "--ctx"}});
+    const std::string_view arg =
+        edgellm::tools::canonical_flag(argv[i], {{"--file", "--text"}, {"--context", "--ctx"}});
     const std::string flag(arg);  // messages name the flag in full (-t is --threads)
     std::string v;
     const auto value = [&](std::string& out) {
@@ -134,7 +135,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       a.json = v == "json";
     } else if (arg == "--ctx") {
       if (!number(a.ctx)) return false;
-      if (a.ctx < 2) return fail(flag + ": " + v + " is less than 2 (a window of 1 token scores nothing)");
+      if (a.ctx < 2)
+        return fail(flag + ": " + v + " is less than 2 (a window of 1 token scores nothing)");
     } else if (arg == "--stride") {
       if (!number(a.stride)) return false;
       have_stride = true;
@@ -167,7 +169,8 @@ using Model = edgellm::model::Transformer<>;
 
 // Loads `dir` and makes a Transformer whose context holds one window.
 edgellm::result<Model> load_model(const std::string& dir, bool fp32_reference, const Args& a,
-                                  edgellm::ThreadPool* pool, edgellm::tools::ProgressBar& progress) {
+                                  edgellm::ThreadPool* pool,
+                                  edgellm::tools::ProgressBar& progress) {
   edgellm::model::LoadOptions lo;
   lo.fp32_reference = fp32_reference;
   lo.allow_extra_tensors = a.allow_extra_tensors;
@@ -297,17 +300,17 @@ std::string report(const Args& a, const Scores& s) {
     std::string out = fmt::format(
         "{{\"model\":{},\"text\":{},\"ctx\":{},\"stride\":{},\"windows\":{},\"tokens\":{},"
         "\"nll\":{},\"ppl\":{},\"ppl_stderr\":{}",
-        json::escape(a.model), json::escape(a.text), a.ctx, a.stride, s.windows, s.tokens, nll,
-        ppl, ppl_se);
+        json::escape(a.model), json::escape(a.text), a.ctx, a.stride, s.windows, s.tokens, nll, ppl,
+        ppl_se);
     if (kl) {
       out += fmt::format(",\"base\":{},\"kl\":{},\"kl_stderr\":{},\"kl_p99\":{},\"top1\":{}",
                          json::escape(a.kl_base), kl_mean, kl_se, kl_p99, top1);
     }
     return out + "}\n";
   }
-  std::string out = fmt::format(
-      "{}: ppl {:.4f} +/- {:.4f} over {} tokens of {} ({} windows of {}, stride {})", a.model, ppl,
-      ppl_se, s.tokens, a.text, s.windows, a.ctx, a.stride);
+  std::string out =
+      fmt::format("{}: ppl {:.4f} +/- {:.4f} over {} tokens of {} ({} windows of {}, stride {})",
+                  a.model, ppl, ppl_se, s.tokens, a.text, s.windows, a.ctx, a.stride);
   if (kl) {
     out += fmt::format("; KL to {} {:.6f} +/- {:.6f} nats (p99 {:.6f}), top-1 agreement {:.3f} %",
                        a.kl_base, kl_mean, kl_se, kl_p99, 100.0 * top1);
@@ -338,9 +341,10 @@ int run(const Args& a) {
   const std::size_t all = ids.size();
   if (a.max_tokens != 0 && a.max_tokens < ids.size()) ids.resize(a.max_tokens);
   if (ids.size() < a.ctx) {
-    return fail("--text: '" + a.text + "' has " + std::to_string(all) + " tokens" +
-                (ids.size() < all ? " (" + std::to_string(ids.size()) + " with --max-tokens)" : "") +
-                ", fewer than one window of --ctx " + std::to_string(a.ctx));
+    return fail(
+        "--text: '" + a.text + "' has " + std::to_string(all) + " tokens" +
+        (ids.size() < all ? " (" + std::to_string(ids.size()) + " with --max-tokens)" : "") +
+        ", fewer than one window of --ctx " + std::to_string(a.ctx));
   }
 
   std::unique_ptr<edgellm::ThreadPool> pool;

@@ -19,12 +19,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # 128 tokens in windows of 64: two windows (stride 64), three (stride 32).
 short=(--text "$text" --max-tokens 128 --ctx 64 --quiet --format json)
-"$bin" -m "$target" "${short[@]}" >"$tmp/s64.json" 2>"$tmp/err" || fail "stride 64 ran" "$(cat "$tmp/err")"
-"$bin" -m "$target" "${short[@]}" --stride 32 >"$tmp/s32.json" 2>"$tmp/err" || fail "stride 32 ran" "$(cat "$tmp/err")"
-"$bin" -m "$target" "${short[@]}" --kl-base "$fp16" >"$tmp/kl.json" 2>"$tmp/err" || fail "--kl-base ran" "$(cat "$tmp/err")"
-"$bin" -m "$target" "${short[@]}" --fp32-reference --kl-base "$target" >"$tmp/self.json" 2>"$tmp/err" ||
-  fail "--kl-base itself ran" "$(cat "$tmp/err")"
-[ -s "$tmp/err" ] && fail "--quiet: nothing on stderr" "$(cat "$tmp/err")" || ok "--quiet: nothing on stderr"
+# run NAME OUT ARGS...: the tool on the short windows, stdout to OUT; its stderr must stay empty.
+run() {
+  local name=$1 out=$2
+  shift 2
+  "$bin" -m "$target" "${short[@]}" "$@" >"$out" 2>"$tmp/err" || fail "$name ran" "$(cat "$tmp/err")"
+  if [ -s "$tmp/err" ]; then fail "$name --quiet: nothing on stderr" "$(cat "$tmp/err")"; fi
+}
+run "stride 64" "$tmp/s64.json"
+run "stride 32" "$tmp/s32.json" --stride 32
+run "--kl-base" "$tmp/kl.json" --kl-base "$fp16"
+run "--kl-base itself" "$tmp/self.json" --fp32-reference --kl-base "$target"
 
 # The windows' logits from edgellm-logits (the int4 model as the tool runs it by default, the
 # fp16 checkpoint in fp32 reference mode as --kl-base runs it).
