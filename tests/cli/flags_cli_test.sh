@@ -34,7 +34,7 @@ same() {
   fi
 }
 
-tools=(generate logits tokenize plan)
+tools=(generate logits tokenize plan perplexity)
 benches=()
 for b in "$bin"/edgellm-bench "$bin"/edgellm-bench-*; do
   [ -x "$b" ] && benches+=("$(basename "$b")")
