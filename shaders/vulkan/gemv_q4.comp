@@ -4,8 +4,10 @@
 // (t, g) at word (t * n_groups + g) * 272. In a tile: words 0..7 the 16 fp16 scales, words 8..11
 // the 16 zero bytes, words 16 + 16 b + r the codes of row r, inputs 8b..8b+7 (byte j: low nibble
 // input 8b + j, high nibble input 8b + 4 + j). w = (q - z) * s, accumulated in fp32.
-// One workgroup per 16-row tile; thread i takes row i % 16 and every (WG / 16)-th code word of
-// that row, so the threads of a workgroup read consecutive words; then a shared-memory sum.
+// One workgroup per 16-row tile; invocation i takes row i % 16 and the groups i / 16,
+// i / 16 + WG / 16, ...: its scale and zero once per group, then the group's 16 code words. The
+// 16 invocations of one group read 16 consecutive words per block and share its 128 x values.
+// Then a shared-memory sum over the WG / 16 partial sums of each row.
 #version 450
 
 layout(constant_id = 0) const uint WG = 64;  // power of two, >= 16; from the device's limits
@@ -30,20 +32,20 @@ void main() {
   const uint r = tid % 16u;
   float acc = 0.0;
   if (tile * 16u < pc.n) {
-    const uint words = pc.n_groups * 256u;  // code words of this row tile (16 per group row)
     const uint base = tile * pc.n_groups * TILE_WORDS;
-    for (uint i = tid; i < words; i += WG) {
-      const uint g = i >> 8;          // group
-      const uint b = (i >> 4) & 15u;  // 8-input block in the group
+    for (uint g = tid / 16u; g < pc.n_groups; g += WG / 16u) {
       const uint tw = base + g * TILE_WORDS;
       const float s = unpackHalf2x16(w[tw + (r >> 1)])[r & 1u];
       const float z = float((w[tw + 8u + (r >> 2)] >> (8u * (r & 3u))) & 15u);
-      const uint q = w[tw + 16u + 16u * b + r];
-      const uint xi = g * 32u + 2u * b;
-      const vec4 lo = x[xi], hi = x[xi + 1u];
-      const vec4 qlo = vec4(q & 15u, (q >> 8) & 15u, (q >> 16) & 15u, (q >> 24) & 15u);
-      const vec4 qhi = vec4((q >> 4) & 15u, (q >> 12) & 15u, (q >> 20) & 15u, (q >> 28) & 15u);
-      acc += s * (dot(qlo - z, lo) + dot(qhi - z, hi));
+      float group_sum = 0.0;  // sum of (q - z) x over the group's 128 inputs
+      for (uint b = 0u; b < 16u; ++b) {
+        const uint q = w[tw + 16u + 16u * b + r];
+        const uint xi = g * 32u + 2u * b;
+        const vec4 qlo = vec4(q & 15u, (q >> 8) & 15u, (q >> 16) & 15u, (q >> 24) & 15u);
+        const vec4 qhi = vec4((q >> 4) & 15u, (q >> 12) & 15u, (q >> 20) & 15u, (q >> 28) & 15u);
+        group_sum += dot(qlo - z, x[xi]) + dot(qhi - z, x[xi + 1u]);
+      }
+      acc += s * group_sum;
     }
   }
   partial[tid] = acc;

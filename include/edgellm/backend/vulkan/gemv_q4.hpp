@@ -4,6 +4,8 @@
 // The dispatch is recorded once; run() writes x, submits, waits and reads y.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -82,8 +84,11 @@ class GemvQ4 {
     auto y = Buffer::create(dev, std::size_t{op.n_} * 4, "gemv_q4 y", {BufferKind::host_io});
     if (!y) return y.error();
     op.y_ = std::move(*y);
-    // One float of shared memory per invocation; 256 at most (enough rows per tile in flight).
-    const std::uint32_t wg = choose_workgroup_size(info, 256, 4);
+    // 16 invocations per group in flight (one per row of the tile), up to 256 in all; one
+    // float of shared memory each.
+    const auto groups = static_cast<std::uint32_t>(w.n_groups());
+    const std::uint32_t wg = choose_workgroup_size(
+        info, std::min<std::uint32_t>(256, 16 * std::bit_ceil(groups)), 4);
     auto pipe = ComputePipeline::create(dev, "gemv_q4", spirv::kGemvQ4Spv, 3, sizeof(Push), wg);
     if (!pipe) return pipe.error();
     op.pipeline_ = std::move(*pipe);
