@@ -105,3 +105,32 @@ TEST_CASE("a device adopts an application's handles and destroys none of them",
   }
   test::require_no_validation_messages(*log);
 }
+
+TEST_CASE("the validation log records a misuse (so the clean-teardown checks can fail)",
+          "[vulkan][device]") {
+  if (!test::vulkan_validation_available()) {
+    WARN("SKIPPED: no Vulkan loader or no validation layer");
+    return;
+  }
+  vk::DeviceOptions options;
+  options.validation = true;
+  auto dev = vk::Device::create(options);
+  if (!dev) {
+    WARN("SKIPPED: " << dev.error().message);
+    return;
+  }
+  auto log = (*dev)->validation_log();
+  CHECK(log->empty());
+  // A zero-sized buffer breaks VUID-VkBufferCreateInfo-size-00912 (drivers accept it).
+  VkBufferCreateInfo bci{};
+  bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  bci.size = 0;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+  VkBuffer b = VK_NULL_HANDLE;
+  const auto r = (*dev)->fn().vkCreateBuffer((*dev)->handle(), &bci, nullptr, &b);
+  if (r == VK_SUCCESS && b != VK_NULL_HANDLE)
+    (*dev)->fn().vkDestroyBuffer((*dev)->handle(), b, nullptr);
+  const auto messages = log->messages();
+  REQUIRE_FALSE(messages.empty());
+  CHECK_THAT(messages.front(), Contains("VUID-VkBufferCreateInfo-size"));
+}

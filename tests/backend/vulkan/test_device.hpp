@@ -18,7 +18,7 @@ inline bool vulkan_validation_available() {
 }
 
 /// A device with validation when available, or null after WARN when none can be created
-/// because no loader or no device exists. Any other failure fails the test.
+/// because no loader, no driver or no device exists. Any other failure fails the test.
 inline std::unique_ptr<backend::vk::Device> vulkan_test_device() {
   auto loader = backend::vk::Loader::open();
   if (!loader) {

@@ -151,7 +151,9 @@ class Device {
   }
 
   /// Adopts an application's handles. The application keeps them alive until this Device is
-  /// destroyed, and destroys them itself afterwards.
+  /// destroyed, and destroys them itself afterwards. The instance must be Vulkan 1.1 or later,
+  /// and the application must not use the queue from another thread while this Device submits
+  /// (Vulkan requires queue access to be externally synchronised).
   static result<std::unique_ptr<Device>> adopt(const AdoptedHandles& h) {
     if (!h.instance || !h.physical_device || !h.device || !h.queue) {
       return make_error(errc::invalid_argument, "vulkan::Device::adopt",
@@ -172,6 +174,12 @@ class Device {
     auto fi = load_instance_functions(d->gipa_, d->instance_);
     if (!fi) return fi.error();
     d->fi_ = *fi;
+    VkPhysicalDeviceProperties props;
+    d->fi_.vkGetPhysicalDeviceProperties(h.physical_device, &props);
+    if (props.apiVersion < VK_API_VERSION_1_1) {
+      return make_error(errc::unsupported, "vulkan::Device::adopt",
+                        std::string(props.deviceName) + " is a Vulkan 1.0 device; 1.1 is needed");
+    }
     d->query_info(h.physical_device);
     d->info_.queue_family = h.queue_family;
     d->info_.shader_int8 = d->info_.shader_int8 && h.shader_int8;
@@ -298,6 +306,11 @@ class Device {
     if (debug_utils) ci.pNext = &mci;
     if (auto r = loader_.global().vkCreateInstance(&ci, nullptr, &instance_); r != VK_SUCCESS) {
       instance_ = VK_NULL_HANDLE;
+      if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
+        return make_error(errc::unsupported, "vulkan",
+                          "no Vulkan driver found (vkCreateInstance: " + to_string(r) +
+                              "); install one (e.g. mesa-vulkan-drivers) or use --backend cpu");
+      }
       return vk_error(r, "vulkan", "vkCreateInstance", errc::unsupported);
     }
     owns_ = true;
@@ -522,7 +535,8 @@ class Device {
 
   void destroy() noexcept {
     if (device_) {
-      fd_.vkDeviceWaitIdle(device_);
+      // Every submission of ours was waited for; an adopted device may be busy with the app's.
+      if (owns_) fd_.vkDeviceWaitIdle(device_);
       if (fence_) fd_.vkDestroyFence(device_, fence_, nullptr);
       if (pool_) fd_.vkDestroyCommandPool(device_, pool_, nullptr);  // frees one_shot_
       if (owns_) fd_.vkDestroyDevice(device_, nullptr);
