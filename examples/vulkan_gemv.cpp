@@ -85,5 +85,9 @@ int main(int argc, char** argv) {
   if (!bw) return std::fprintf(stderr, "%s\n", bw.error().message.c_str()), 1;
   std::printf("membw probe: %.2f GB/s over %zu bytes; gemv at %.0f %% of it\n",
               bw->bytes_per_second / 1e9, bw->bytes, 100.0 * gemv_rate / bw->bytes_per_second);
-  return max_diff <= 1e-3 * std::max(max_abs, 1.0) ? 0 : 1;
+  const auto log = (*dev)->validation_log();
+  if ((*dev)->validation_enabled())
+    std::printf("validation: %zu message(s) so far\n", log->messages().size());
+  for (const auto& m : log->messages()) std::fprintf(stderr, "%s\n", m.c_str());
+  return max_diff <= 1e-3 * std::max(max_abs, 1.0) && log->empty() ? 0 : 1;
 }

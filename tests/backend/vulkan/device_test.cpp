@@ -6,6 +6,8 @@
 #include "backend/vulkan/test_device.hpp"
 #include "support/prelude.hpp"
 
+#include <cstdlib>
+
 namespace vk = edgellm::backend::vk;
 
 TEST_CASE("the device rule: discrete > integrated > virtual > CPU, lowest index on ties",
@@ -133,4 +135,26 @@ TEST_CASE("the validation log records a misuse (so the clean-teardown checks can
   const auto messages = log->messages();
   REQUIRE_FALSE(messages.empty());
   CHECK_THAT(messages.front(), Contains("VUID-VkBufferCreateInfo-size"));
+}
+
+TEST_CASE("EDGELLM_VULKAN_VALIDATION=1 turns validation on", "[vulkan][device]") {
+  if (!test::vulkan_validation_available()) {
+    WARN("SKIPPED: no Vulkan loader or no validation layer");
+    return;
+  }
+  const char* before = std::getenv("EDGELLM_VULKAN_VALIDATION");  // NOLINT(concurrency-mt-unsafe)
+  const std::string saved = before ? before : "";
+  ::setenv("EDGELLM_VULKAN_VALIDATION", "1", 1);  // NOLINT(concurrency-mt-unsafe): one thread
+  auto dev = vk::Device::create();
+  ::unsetenv("EDGELLM_VULKAN_VALIDATION");  // NOLINT(concurrency-mt-unsafe)
+  if (!dev) {
+    WARN("SKIPPED: " << dev.error().message);
+    return;
+  }
+  CHECK((*dev)->validation_enabled());
+  auto plain = vk::Device::create();
+  REQUIRE(plain);
+  CHECK_FALSE((*plain)->validation_enabled());
+  CHECK((*plain)->validation_log()->empty());
+  if (before) ::setenv("EDGELLM_VULKAN_VALIDATION", saved.c_str(), 1);  // NOLINT
 }

@@ -42,12 +42,17 @@ TEST_CASE("the Vulkan int4 GEMV matches the scalar twin", "[vulkan][gemv_q4]") {
         std::vector<float> x(s.k), want(s.n), got(s.n, -1.0f);
         for (auto& v : x) v = dist(rng);
         kernels::reference::gemv_q4(w, x.data(), want.data(), nullptr);
-        vk::BufferOptions options;
-        options.force_staging = staged;
-        options.staging_chunk_bytes = 4096;  // several chunks
+        vk::GemvQ4Options options;
+        options.weights.force_staging = staged;
+        options.weights.staging_chunk_bytes = 4096;  // several chunks
+        // The staged runs also take the 2D grid (devices allow 65535 groups along x; this
+        // takes the path that a >1M-row matrix would).
+        if (staged) options.max_groups_x = 2;
         auto op = vk::GemvQ4::create(*dev, w, options);
         INFO((op ? std::string() : op.error().message));
         REQUIRE(op);
+        CHECK(op->weights_host_visible() == (!staged && dev->info().unified_memory()));
+        if (staged) CHECK(op->groups_y() == (w.n_tiles() + 1) / 2);
         REQUIRE(op->workgroup_size() >= 16);
         REQUIRE(op->run(x, got));
         // The fp32 bound of the CPU's exact kernels (support/q4_fixtures.hpp): the shader's

@@ -22,6 +22,11 @@
 
 namespace edgellm::backend::vk {
 
+struct GemvQ4Options {
+  BufferOptions weights;          ///< the weight buffer's upload path
+  std::uint32_t max_groups_x = 0; ///< workgroups along x before the grid goes 2D (0: the device's)
+};
+
 class GemvQ4 {
  public:
   GemvQ4(GemvQ4&& o) noexcept { *this = std::move(o); }
@@ -45,10 +50,10 @@ class GemvQ4 {
   GemvQ4& operator=(const GemvQ4&) = delete;
   ~GemvQ4() { free_commands(); }
 
-  /// Uploads `w` (group size 128) to device memory and records the dispatch. `options` picks the
-  /// weight buffer's path (direct or staged). The Device must outlive the op.
+  /// Uploads `w` (group size 128) to device memory and records the dispatch. The Device must
+  /// outlive the op.
   static result<GemvQ4> create(Device& dev, const kernels::Q4Matrix& w,
-                               const BufferOptions& options = {}) {
+                               const GemvQ4Options& options = {}) {
     constexpr std::string_view where = "vulkan gemv_q4";
     if (w.empty() || w.group_size() != 128) {
       return make_error(errc::unsupported, where,
@@ -67,14 +72,16 @@ class GemvQ4 {
     op.k_ = static_cast<std::uint32_t>(w.k());
     // Tiles over a 2D grid when one dimension's workgroup count is not enough.
     const std::uint32_t tiles = static_cast<std::uint32_t>(w.n_tiles());
-    const std::uint32_t max_x = info.max_workgroup_count[0];
+    const std::uint32_t max_x = options.max_groups_x
+                                    ? std::min(options.max_groups_x, info.max_workgroup_count[0])
+                                    : info.max_workgroup_count[0];
     op.groups_x_ = std::min(tiles, max_x);
     op.groups_y_ = (tiles + op.groups_x_ - 1) / op.groups_x_;
     if (op.groups_y_ > info.max_workgroup_count[1]) {
       return make_error(errc::unsupported, where, "n: " + std::to_string(w.n()) +
                                                       " rows exceed the device's dispatch limits");
     }
-    auto weights = Buffer::create(dev, w.byte_size(), "gemv_q4 weights", options);
+    auto weights = Buffer::create(dev, w.byte_size(), "gemv_q4 weights", options.weights);
     if (!weights) return weights.error();
     op.w_ = std::move(*weights);
     if (auto st = op.w_.write({w.data(), w.byte_size()}); !st) return st.error();
@@ -113,6 +120,8 @@ class GemvQ4 {
 
   std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
   bool weights_host_visible() const noexcept { return w_.host_visible(); }
+  std::uint32_t groups_x() const noexcept { return groups_x_; }  ///< dispatch grid
+  std::uint32_t groups_y() const noexcept { return groups_y_; }
 
  private:
   struct Push {
