@@ -5,7 +5,8 @@
 #                             job, scripts/run.sh): a compiler, CMake, Ninja, xsimd, fmt
 #   scripts/setup.sh --test   that plus what the whole test suite needs (scripts/test.sh):
 #                             Catch2, the arm64 cross compiler and QEMU, Clang for libFuzzer,
-#                             PyTorch and NumPy for the reference models, a JDK, the KJV text
+#                             PyTorch and NumPy for the reference models, a JDK, the KJV text,
+#                             the Vulkan headers, glslc, lavapipe and the validation layers
 # Idempotent: when everything is present it only runs one dpkg-query and exits 0. As root it
 # installs what is missing (apt-get update once, then apt-get install); otherwise it prints
 # the exact command to run and exits 1.
@@ -23,13 +24,15 @@ test_packages=(
   libopenblas0-pthread                        # numpy/torch BLAS
   bible-kjv                                   # plain-text corpus for tokenizer tests
   openjdk-17-jdk-headless                     # Java binding (bindings/java): javac, jni.h, tests
+  libvulkan-dev glslc                         # Vulkan backend: headers, shader compiler
+  mesa-vulkan-drivers vulkan-validationlayers # lavapipe (Vulkan on the CPU), validation layers
 )
 
 packages=("${build_packages[@]}")
 case "${1:-}" in
   "") ;;
   --test) packages+=("${test_packages[@]}") ;;
-  -h | --help) sed -n '3,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '3,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup.sh: unknown argument '$1' (expected nothing or --test)" >&2; exit 2 ;;
 esac
 

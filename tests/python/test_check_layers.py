@@ -50,6 +50,23 @@ class CheckLayersTest(unittest.TestCase):
         self.assertIn("transformer.hpp:1", problems[0])
         self.assertIn("decode/model.hpp", problems[0])
 
+    def test_vulkan_stays_in_its_folder(self):
+        root = make_tree({
+            "backend/vulkan/device.hpp": '#include <vulkan/vulkan.h>\n#include "edgellm/result.hpp"\n',
+            "backend/vulkan/op.hpp": '#include "edgellm/backend/vulkan/device.hpp"\n',
+            "result.hpp": "#pragma once\n",
+        })
+        self.assertEqual(cl.check(root), [])
+        root = make_tree({
+            "backend/vulkan/device.hpp": "#pragma once\n",
+            "backend/cpu.hpp": '#include <vulkan/vulkan_core.h>\n',
+            "edgellm.hpp": '#include "edgellm/backend/vulkan/device.hpp"\n',
+        })
+        problems = cl.check(root)
+        self.assertEqual(len(problems), 2)
+        self.assertTrue(any("cpu.hpp:1" in p and "vulkan/vulkan_core.h" in p for p in problems))
+        self.assertTrue(any("edgellm.hpp:1" in p and "optional" in p for p in problems))
+
     def test_foreign_detail_is_flagged(self):
         root = make_tree({
             "decode/prompt_cache.hpp": "auto x = cache::detail::checksum64(b);\n",

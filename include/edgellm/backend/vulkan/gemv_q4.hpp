@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+// y = x W^T on a Vulkan device for one activation row (m = 1, decode), W an int4 group-128
+// kernels::Q4Matrix uploaded once in its own packed tile layout (shaders/vulkan/gemv_q4.comp).
+// The dispatch is recorded once; run() writes x, submits, waits and reads y.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "edgellm/backend/vulkan/buffer.hpp"
+#include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/pipeline.hpp"
+#include "edgellm/backend/vulkan/spirv/gemv_q4.hpp"
+#include "edgellm/kernels/formats.hpp"
+#include "edgellm/result.hpp"
+
+namespace edgellm::backend::vk {
+
+struct GemvQ4Options {
+  BufferOptions weights;          ///< the weight buffer's upload path
+  std::uint32_t max_groups_x = 0; ///< workgroups along x before the grid goes 2D (0: the device's)
+};
+
+class GemvQ4 {
+ public:
+  GemvQ4(GemvQ4&& o) noexcept { *this = std::move(o); }
+  GemvQ4& operator=(GemvQ4&& o) noexcept {
+    if (this != &o) {
+      free_commands();
+      dev_ = std::exchange(o.dev_, nullptr);
+      w_ = std::move(o.w_);
+      x_ = std::move(o.x_);
+      y_ = std::move(o.y_);
+      pipeline_ = std::move(o.pipeline_);
+      cmd_ = std::exchange(o.cmd_, VK_NULL_HANDLE);
+      n_ = o.n_;
+      k_ = o.k_;
+      groups_x_ = o.groups_x_;
+      groups_y_ = o.groups_y_;
+    }
+    return *this;
+  }
+  GemvQ4(const GemvQ4&) = delete;
+  GemvQ4& operator=(const GemvQ4&) = delete;
+  ~GemvQ4() { free_commands(); }
+
+  /// Uploads `w` (group size 128) to device memory and records the dispatch. The Device must
+  /// outlive the op.
+  static result<GemvQ4> create(Device& dev, const kernels::Q4Matrix& w,
+                               const GemvQ4Options& options = {}) {
+    constexpr std::string_view where = "vulkan gemv_q4";
+    if (w.empty() || w.group_size() != 128) {
+      return make_error(errc::unsupported, where,
+                        "w: group size " + std::to_string(w.group_size()) +
+                            " (the shader is for 128), or an empty matrix");
+    }
+    const auto& info = dev.info();
+    if (w.byte_size() > info.max_storage_buffer_range) {
+      return make_error(errc::unsupported, where,
+                        "w: " + std::to_string(w.byte_size()) + " bytes exceed the device's "
+                        "maxStorageBufferRange of " + std::to_string(info.max_storage_buffer_range));
+    }
+    GemvQ4 op;
+    op.dev_ = &dev;
+    op.n_ = static_cast<std::uint32_t>(w.n());
+    op.k_ = static_cast<std::uint32_t>(w.k());
+    // Tiles over a 2D grid when one dimension's workgroup count is not enough.
+    const std::uint32_t tiles = static_cast<std::uint32_t>(w.n_tiles());
+    const std::uint32_t max_x = options.max_groups_x
+                                    ? std::min(options.max_groups_x, info.max_workgroup_count[0])
+                                    : info.max_workgroup_count[0];
+    op.groups_x_ = std::min(tiles, max_x);
+    op.groups_y_ = (tiles + op.groups_x_ - 1) / op.groups_x_;
+    if (op.groups_y_ > info.max_workgroup_count[1]) {
+      return make_error(errc::unsupported, where, "n: " + std::to_string(w.n()) +
+                                                      " rows exceed the device's dispatch limits");
+    }
+    auto weights = Buffer::create(dev, w.byte_size(), "gemv_q4 weights", options.weights);
+    if (!weights) return weights.error();
+    op.w_ = std::move(*weights);
+    if (auto st = op.w_.write({w.data(), w.byte_size()}); !st) return st.error();
+    auto x = Buffer::create(dev, std::size_t{op.k_} * 4, "gemv_q4 x", {BufferKind::host_io});
+    if (!x) return x.error();
+    op.x_ = std::move(*x);
+    auto y = Buffer::create(dev, std::size_t{op.n_} * 4, "gemv_q4 y", {BufferKind::host_io});
+    if (!y) return y.error();
+    op.y_ = std::move(*y);
+    // 16 invocations per group in flight (one per row of the tile), up to 256 in all; one
+    // float of shared memory each.
+    const auto groups = static_cast<std::uint32_t>(w.n_groups());
+    const std::uint32_t wg = choose_workgroup_size(
+        info, std::min<std::uint32_t>(256, 16 * std::bit_ceil(groups)), 4);
+    auto pipe = ComputePipeline::create(dev, "gemv_q4", spirv::kGemvQ4Spv, 3, sizeof(Push), wg);
+    if (!pipe) return pipe.error();
+    op.pipeline_ = std::move(*pipe);
+    const Buffer* bound[] = {&op.w_, &op.x_, &op.y_};
+    if (auto st = op.pipeline_.bind(bound); !st) return st.error();
+    if (auto st = op.record(); !st) return st.error();
+    return op;
+  }
+
+  /// y[n] = x[k] W^T. Blocks until the device is done.
+  status run(std::span<const float> x, std::span<float> y) {
+    if (x.size() != k_ || y.size() != n_) {
+      return make_error(errc::shape_mismatch, "vulkan gemv_q4",
+                        "x: size " + std::to_string(x.size()) + ", y: size " +
+                            std::to_string(y.size()) + " for W [" + std::to_string(n_) + ", " +
+                            std::to_string(k_) + "]");
+    }
+    if (auto st = x_.write(std::as_bytes(x)); !st) return st;
+    if (auto st = dev_->submit(cmd_, "gemv_q4"); !st) return st;
+    return y_.read(std::as_writable_bytes(y));
+  }
+
+  std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
+  bool weights_host_visible() const noexcept { return w_.host_visible(); }
+  std::uint32_t groups_x() const noexcept { return groups_x_; }  ///< dispatch grid
+  std::uint32_t groups_y() const noexcept { return groups_y_; }
+
+ private:
+  struct Push {
+    std::uint32_t n, n_groups, tiles_x;
+  };
+
+  GemvQ4() = default;
+
+  void free_commands() noexcept {
+    if (cmd_ && dev_) dev_->fn().vkFreeCommandBuffers(dev_->handle(), dev_->command_pool(), 1, &cmd_);
+    cmd_ = VK_NULL_HANDLE;
+  }
+
+  status record() {
+    const auto& f = dev_->fn();
+    VkCommandBufferAllocateInfo ai{};
+    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    ai.commandPool = dev_->command_pool();
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    if (auto r = f.vkAllocateCommandBuffers(dev_->handle(), &ai, &cmd_); r != VK_SUCCESS) {
+      cmd_ = VK_NULL_HANDLE;
+      return vk_error(r, "vulkan gemv_q4", "vkAllocateCommandBuffers");
+    }
+    VkCommandBufferBeginInfo begin{};
+    begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    if (auto r = f.vkBeginCommandBuffer(cmd_, &begin); r != VK_SUCCESS)
+      return vk_error(r, "vulkan gemv_q4", "vkBeginCommandBuffer");
+    // Host writes of x (and uploads) before the shader; the shader's y before the host reads.
+    VkMemoryBarrier in{};
+    in.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    in.srcAccessMask = VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    in.dstAccessMask = VK_ACCESS_SHADER_READ_BIT;
+    f.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &in, 0, nullptr, 0, nullptr);
+    const Push push{n_, k_ / 128, groups_x_};
+    pipeline_.record(cmd_, &push, groups_x_, groups_y_);
+    VkMemoryBarrier out{};
+    out.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    out.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    out.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    f.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                           0, 1, &out, 0, nullptr, 0, nullptr);
+    if (auto r = f.vkEndCommandBuffer(cmd_); r != VK_SUCCESS)
+      return vk_error(r, "vulkan gemv_q4", "vkEndCommandBuffer");
+    return {};
+  }
+
+  Device* dev_ = nullptr;
+  Buffer w_, x_, y_;  // [n_tiles * n_groups] packed tiles, x [k] fp32, y [n] fp32
+  ComputePipeline pipeline_;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  std::uint32_t n_ = 0, k_ = 0, groups_x_ = 1, groups_y_ = 1;
+};
+
+}  // namespace edgellm::backend::vk

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+// A compute pipeline over embedded SPIR-V: shader module, one descriptor set of storage buffers
+// (bindings 0..n-1), a push-constant block, and the workgroup size as specialization constant 0.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "edgellm/backend/vulkan/buffer.hpp"
+#include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/result.hpp"
+
+namespace edgellm::backend::vk {
+
+/// A 1D workgroup size from the device's limits: the largest power of two <= `preferred` that
+/// fits maxComputeWorkGroupSize[0], maxComputeWorkGroupInvocations and, with
+/// `shared_bytes_per_invocation` of shared memory each, maxComputeSharedMemorySize; at least
+/// `minimum` (the Vulkan spec guarantees 128 invocations and 16 KiB).
+inline std::uint32_t choose_workgroup_size(const DeviceInfo& info, std::uint32_t preferred,
+                                           std::uint32_t shared_bytes_per_invocation,
+                                           std::uint32_t minimum = 16) {
+  std::uint32_t cap = std::min({preferred, info.max_workgroup_size[0],
+                                info.max_workgroup_invocations});
+  if (shared_bytes_per_invocation)
+    cap = std::min(cap, info.shared_memory_bytes / shared_bytes_per_invocation);
+  return std::max(std::bit_floor(std::max(cap, 1u)), minimum);
+}
+
+class ComputePipeline {
+ public:
+  ComputePipeline() = default;
+  ComputePipeline(ComputePipeline&& o) noexcept { *this = std::move(o); }
+  ComputePipeline& operator=(ComputePipeline&& o) noexcept {
+    if (this != &o) {
+      reset();
+      dev_ = std::exchange(o.dev_, nullptr);
+      module_ = std::exchange(o.module_, VK_NULL_HANDLE);
+      set_layout_ = std::exchange(o.set_layout_, VK_NULL_HANDLE);
+      layout_ = std::exchange(o.layout_, VK_NULL_HANDLE);
+      pipeline_ = std::exchange(o.pipeline_, VK_NULL_HANDLE);
+      pool_ = std::exchange(o.pool_, VK_NULL_HANDLE);
+      set_ = std::exchange(o.set_, VK_NULL_HANDLE);
+      bindings_ = o.bindings_;
+      push_bytes_ = o.push_bytes_;
+      workgroup_size_ = o.workgroup_size_;
+    }
+    return *this;
+  }
+  ComputePipeline(const ComputePipeline&) = delete;
+  ComputePipeline& operator=(const ComputePipeline&) = delete;
+  ~ComputePipeline() { reset(); }
+
+  /// `name` is for messages; `bindings` storage buffers; `push_bytes` of push constants.
+  static result<ComputePipeline> create(Device& dev, std::string_view name,
+                                        std::span<const std::uint32_t> spirv,
+                                        std::uint32_t bindings, std::uint32_t push_bytes,
+                                        std::uint32_t workgroup_size) {
+    const std::string where = "vulkan pipeline " + std::string(name);
+    if (push_bytes > dev.info().max_push_constants_bytes) {
+      return make_error(errc::unsupported, where,
+                        std::to_string(push_bytes) + " bytes of push constants: the device "
+                        "allows " + std::to_string(dev.info().max_push_constants_bytes));
+    }
+    ComputePipeline p;
+    p.dev_ = &dev;
+    p.bindings_ = bindings;
+    p.push_bytes_ = push_bytes;
+    p.workgroup_size_ = workgroup_size;
+    const auto& f = dev.fn();
+    const VkDevice d = dev.handle();
+    VkShaderModuleCreateInfo smci{};
+    smci.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+    smci.codeSize = spirv.size_bytes();
+    smci.pCode = spirv.data();
+    if (auto r = f.vkCreateShaderModule(d, &smci, nullptr, &p.module_); r != VK_SUCCESS) {
+      p.module_ = VK_NULL_HANDLE;
+      return vk_error(r, where, "vkCreateShaderModule");
+    }
+    std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+    for (std::uint32_t i = 0; i < bindings; ++i) {
+      b[i] = {};
+      b[i].binding = i;
+      b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      b[i].descriptorCount = 1;
+      b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    }
+    VkDescriptorSetLayoutCreateInfo dci{};
+    dci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+    dci.bindingCount = bindings;
+    dci.pBindings = b.data();
+    if (auto r = f.vkCreateDescriptorSetLayout(d, &dci, nullptr, &p.set_layout_); r != VK_SUCCESS) {
+      p.set_layout_ = VK_NULL_HANDLE;
+      return vk_error(r, where, "vkCreateDescriptorSetLayout");
+    }
+    VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+    VkPipelineLayoutCreateInfo lci{};
+    lci.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+    lci.setLayoutCount = 1;
+    lci.pSetLayouts = &p.set_layout_;
+    lci.pushConstantRangeCount = push_bytes ? 1 : 0;
+    lci.pPushConstantRanges = &pcr;
+    if (auto r = f.vkCreatePipelineLayout(d, &lci, nullptr, &p.layout_); r != VK_SUCCESS) {
+      p.layout_ = VK_NULL_HANDLE;
+      return vk_error(r, where, "vkCreatePipelineLayout");
+    }
+    VkSpecializationMapEntry entry{0, 0, sizeof(std::uint32_t)};
+    VkSpecializationInfo spec{1, &entry, sizeof(std::uint32_t), &p.workgroup_size_};
+    VkComputePipelineCreateInfo cci{};
+    cci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+    cci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    cci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    cci.stage.module = p.module_;
+    cci.stage.pName = "main";
+    cci.stage.pSpecializationInfo = &spec;
+    cci.layout = p.layout_;
+    if (auto r = f.vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &cci, nullptr, &p.pipeline_);
+        r != VK_SUCCESS) {
+      p.pipeline_ = VK_NULL_HANDLE;
+      return vk_error(r, where, "vkCreateComputePipelines");
+    }
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, bindings};
+    VkDescriptorPoolCreateInfo pci{};
+    pci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+    pci.maxSets = 1;
+    pci.poolSizeCount = 1;
+    pci.pPoolSizes = &size;
+    if (auto r = f.vkCreateDescriptorPool(d, &pci, nullptr, &p.pool_); r != VK_SUCCESS) {
+      p.pool_ = VK_NULL_HANDLE;
+      return vk_error(r, where, "vkCreateDescriptorPool");
+    }
+    VkDescriptorSetAllocateInfo ai{};
+    ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+    ai.descriptorPool = p.pool_;
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &p.set_layout_;
+    if (auto r = f.vkAllocateDescriptorSets(d, &ai, &p.set_); r != VK_SUCCESS)
+      return vk_error(r, where, "vkAllocateDescriptorSets");
+    return p;
+  }
+
+  /// Points binding i at buffers[i] (whole buffer). Before recording a dispatch.
+  status bind(std::span<const Buffer* const> buffers) {
+    if (buffers.size() != bindings_) {
+      return make_error(errc::invalid_argument, "vulkan pipeline",
+                        "bind: " + std::to_string(buffers.size()) + " buffers for " +
+                            std::to_string(bindings_) + " bindings");
+    }
+    std::vector<VkDescriptorBufferInfo> info(bindings_);
+    std::vector<VkWriteDescriptorSet> writes(bindings_);
+    for (std::uint32_t i = 0; i < bindings_; ++i) {
+      info[i] = {buffers[i]->handle(), 0, VK_WHOLE_SIZE};
+      writes[i] = {};
+      writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+      writes[i].dstSet = set_;
+      writes[i].dstBinding = i;
+      writes[i].descriptorCount = 1;
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[i].pBufferInfo = &info[i];
+    }
+    dev_->fn().vkUpdateDescriptorSets(dev_->handle(), bindings_, writes.data(), 0, nullptr);
+    return {};
+  }
+
+  /// Records bind + push constants + dispatch of (x, y, 1) workgroups into `cmd`.
+  void record(VkCommandBuffer cmd, const void* push, std::uint32_t groups_x,
+              std::uint32_t groups_y = 1) const {
+    const auto& f = dev_->fn();
+    f.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
+    f.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set_, 0,
+                              nullptr);
+    if (push_bytes_)
+      f.vkCmdPushConstants(cmd, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes_, push);
+    f.vkCmdDispatch(cmd, groups_x, groups_y, 1);
+  }
+
+  std::uint32_t workgroup_size() const noexcept { return workgroup_size_; }
+
+ private:
+  void reset() noexcept {
+    if (!dev_) return;
+    const auto& f = dev_->fn();
+    const VkDevice d = dev_->handle();
+    if (pool_) f.vkDestroyDescriptorPool(d, pool_, nullptr);  // frees set_
+    if (pipeline_) f.vkDestroyPipeline(d, pipeline_, nullptr);
+    if (layout_) f.vkDestroyPipelineLayout(d, layout_, nullptr);
+    if (set_layout_) f.vkDestroyDescriptorSetLayout(d, set_layout_, nullptr);
+    if (module_) f.vkDestroyShaderModule(d, module_, nullptr);
+    dev_ = nullptr;
+  }
+
+  Device* dev_ = nullptr;
+  VkShaderModule module_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkPipeline pipeline_ = VK_NULL_HANDLE;
+  VkDescriptorPool pool_ = VK_NULL_HANDLE;
+  VkDescriptorSet set_ = VK_NULL_HANDLE;
+  std::uint32_t bindings_ = 0, push_bytes_ = 0, workgroup_size_ = 0;
+};
+
+}  // namespace edgellm::backend::vk

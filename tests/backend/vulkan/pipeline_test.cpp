@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tests for edgellm/backend/vulkan/pipeline.hpp: workgroup sizes from device limits, and the
+// pipeline's argument errors.
+#include "edgellm/backend/vulkan/pipeline.hpp"
+
+#include "backend/vulkan/test_device.hpp"
+#include "edgellm/backend/vulkan/spirv/membw_probe.hpp"
+#include "support/prelude.hpp"
+
+namespace vk = edgellm::backend::vk;
+
+TEST_CASE("workgroup sizes follow the device's limits", "[vulkan][pipeline]") {
+  vk::DeviceInfo info;
+  info.max_workgroup_size[0] = 1024;
+  info.max_workgroup_invocations = 1024;
+  info.shared_memory_bytes = 32768;
+  CHECK(vk::choose_workgroup_size(info, 256, 4) == 256);
+  CHECK(vk::choose_workgroup_size(info, 200, 4) == 128);  // a power of two
+  info.max_workgroup_invocations = 128;                    // the spec's minimum
+  CHECK(vk::choose_workgroup_size(info, 256, 4) == 128);
+  info.max_workgroup_invocations = 1024;
+  info.shared_memory_bytes = 16384;  // 16 KiB at 128 bytes each: 128
+  CHECK(vk::choose_workgroup_size(info, 1024, 128) == 128);
+  info.max_workgroup_size[0] = 96;
+  CHECK(vk::choose_workgroup_size(info, 256, 4) == 64);
+  CHECK(vk::choose_workgroup_size(info, 8, 4) == 16);  // never below the minimum
+  CHECK(vk::choose_workgroup_size(info, 0, 0) == 16);
+}
+
+TEST_CASE("pipeline arguments are checked", "[vulkan][pipeline]") {
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto dev = test::vulkan_test_device();
+    if (!dev) return;
+    log = dev->validation_log();
+    auto big = vk::ComputePipeline::create(*dev, "probe", vk::spirv::kMembwProbeSpv, 2,
+                                           dev->info().max_push_constants_bytes + 4, 64);
+    REQUIRE_FALSE(big);
+    CHECK(big.error().code == errc::unsupported);
+    CHECK_THAT(big.error().message, Contains("push constants"));
+    auto p = vk::ComputePipeline::create(*dev, "probe", vk::spirv::kMembwProbeSpv, 2, 8, 64);
+    REQUIRE(p);
+    CHECK(p->workgroup_size() == 64);
+    auto buf = vk::Buffer::create(*dev, 64, "b");
+    REQUIRE(buf);
+    const vk::Buffer* one[] = {&*buf};
+    auto st = p->bind(one);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == errc::invalid_argument);
+    const vk::Buffer* two[] = {&*buf, &*buf};
+    REQUIRE(p->bind(two));
+    vk::ComputePipeline moved = std::move(*p);
+    CHECK(moved.workgroup_size() == 64);
+  }
+  test::require_no_validation_messages(*log);
+}
