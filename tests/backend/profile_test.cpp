@@ -71,7 +71,7 @@ TEST_CASE("ProfileScope: times into a Profile with the pool's fork-joins; null d
   CHECK(p[OpKind::add].regions == 0);
 }
 
-TEST_CASE("Cpu backend with a Profile: every op under its kind, o_proj/down and qkv/gate_up by shape",
+TEST_CASE("Cpu backend with a Profile: each op under its kind, linears told apart by shape",
           "[backend]") {
   edgellm::backend::ModelShape shape;
   shape.hidden = 256;
@@ -132,7 +132,9 @@ TEST_CASE("Cpu backend with a Profile: every op under its kind, o_proj/down and 
 
   // Without a Profile the same ops add nothing anywhere.
   const Profile before = p;
-  auto plain = Cpu::create(shape, {pool->get()});
+  edgellm::backend::Options unprofiled;
+  unprofiled.pool = pool->get();
+  auto plain = Cpu::create(shape, unprofiled);
   REQUIRE(plain);
   auto x2 = plain->activation(256), n2 = plain->activation(256);
   REQUIRE((x2 && n2));

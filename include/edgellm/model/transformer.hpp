@@ -141,7 +141,8 @@ class Transformer {
     shape.max_batch = options.max_batch;
     shape.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
     shape.rope_inv_freq = rope_inv_freq(c);
-    auto b = Backend::create(shape, backend::Options{options.pool, options.path, options.isa, options.profile});
+    auto b = Backend::create(
+        shape, backend::Options{options.pool, options.path, options.isa, options.profile});
     if (!b) return b.error();
 
     Transformer t(std::move(weights), options, std::move(*cache), std::move(*b));
