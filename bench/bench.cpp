@@ -383,8 +383,8 @@ int main(int argc, char** argv) {
           flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache type", kv),
           flag::boolean({"--no-lock"}, "do not mlock the packed weights", lock, false),
           flag::boolean({"--profile"},
-                        "instead of the timing rows: time per op kind and fork-joins per token "
-                        "of a tg decode",
+                        "instead of the timing rows: ms, calls and fork-joins per token\nper "
+                        "op kind of a tg decode",
                         profile),
       },
       "End-to-end prompt processing and generation speed of checkpoints (rows pp, tg, start, "
