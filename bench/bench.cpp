@@ -21,6 +21,13 @@
 // embedding row and the KV cache are not counted. Weights are owned memory (repacked) plus the
 // mmapped checkpoint; --no-lock skips mlock of the owned weights (the `weights` column says
 // which happened).
+//
+// --profile: instead of those rows, one tg<N> decode per thread count with every op timed
+// (backend::Profile) and the pool's fork-joins counted; one row per op kind (op: its name,
+// ms_per_token, pct_token = its share of the token's wall time, calls_per_token,
+// forkjoins_per_token), an `untimed` row (the time between ops: the Transformer's
+// sequencing) and a `total` row (the token's wall time, all calls, all fork-joins, and the
+// profiled tokens_per_s). Timing each op adds a little time: its rows are never timing rows.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "edgellm/backend/profile.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/decode/prompt_cache.hpp"
@@ -255,12 +263,94 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
   return 0;
 }
 
+// --profile: N greedy single-token steps after a 16-token prompt and 2 warm-up steps, with
+// every op of the steps timed; the rows are described at the top of this file.
+template <class Cache>
+int run_profile(const std::string& dir, const bench::options& opts, std::size_t N, bool exact,
+                const model::LoadOptions& load, const std::string& kv_name, bench::table& out) {
+  EngineOptions eo;
+  eo.load = load;
+  eo.load_tokenizer = false;
+  auto engine = Engine::load(dir, eo);
+  if (!engine) return (bench::note("{}", engine.error().message), 1);
+  const std::shared_ptr<const model::TransformerWeights>& weights = (*engine)->weights();
+  const std::size_t V = weights->config.vocab_size;
+  const std::string path = exact ? "exact" : "fast";
+  for (const int threads : opts.threads_or({1, 2})) {
+    auto pool = ThreadPool::create(static_cast<std::size_t>(threads));
+    if (!pool) return (bench::note("{}", pool.error().message), 2);
+    backend::Profile profile;
+    model::TransformerOptions to;
+    to.pool = pool->get();
+    to.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
+    to.context_size = 16 + 2 + N + 8;
+    to.profile = &profile;
+    auto tr = model::Transformer<Cache>::create(weights, to);
+    if (!tr) return (bench::note("{}", tr.error().message), 1);
+    std::vector<float> logits(V);
+    std::vector<std::int32_t> start(16);
+    for (std::size_t i = 0; i < start.size(); ++i)
+      start[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+    if (auto st = tr->forward(start, decode::LogitsMode::last, logits); !st)
+      return (bench::note("{}", st.error().message), 1);
+    std::uint64_t regions0 = 0;
+    std::chrono::steady_clock::duration wall{};
+    for (std::size_t i = 0; i < 2 + N; ++i) {
+      if (i == 2) {  // after the warm-up steps: count from here
+        profile.reset();
+        regions0 = (*pool)->regions();
+        wall = {};
+      }
+      const auto next = static_cast<std::int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const auto t0 = std::chrono::steady_clock::now();
+      if (auto st = tr->forward(std::span<const std::int32_t>(&next, 1),
+                                decode::LogitsMode::last, logits);
+          !st)
+        return (bench::note("{}", st.error().message), 1);
+      wall += std::chrono::steady_clock::now() - t0;
+    }
+    const double n = static_cast<double>(N);
+    const double wall_ns = static_cast<double>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count());
+    const double regions = static_cast<double>((*pool)->regions() - regions0);
+    const backend::OpStats total = profile.total();
+    const auto row = [&](std::string_view op, double ns, bench::value calls, bench::value forks,
+                         bench::value tps) {
+      out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, std::string(op),
+               ns / n / 1e6, wall_ns > 0 ? bench::value(ns / wall_ns * 100) : bench::value(),
+               calls, forks, tps});
+    };
+    bench::note("[bench] {} t={} profile of tg{}: {:.3f} ms/token, {:.1f} fork-joins/token", dir,
+                threads, N, wall_ns / n / 1e6, regions / n);
+    for (std::size_t k = 0; k < backend::kOpKinds; ++k) {
+      const auto kind = static_cast<backend::OpKind>(k);
+      const backend::OpStats& s = profile[kind];
+      bench::note("[bench]   {:<10} {:8.3f} ms/token {:5.1f} % {:6.1f} calls/token {:6.1f} "
+                  "fork-joins/token",
+                  backend::op_kind_name(kind), static_cast<double>(s.ns) / n / 1e6,
+                  wall_ns > 0 ? static_cast<double>(s.ns) / wall_ns * 100 : 0.0,
+                  static_cast<double>(s.calls) / n, static_cast<double>(s.regions) / n);
+      row(backend::op_kind_name(kind), static_cast<double>(s.ns),
+          static_cast<double>(s.calls) / n, static_cast<double>(s.regions) / n, bench::null);
+    }
+    // Between ops: what the step's wall time holds beyond its timed ops; fork-joins outside
+    // ops (none expected).
+    row("untimed", std::max(0.0, wall_ns - static_cast<double>(total.ns)), bench::null,
+        std::max(0.0, regions - static_cast<double>(total.regions)) / n, bench::null);
+    row("total", wall_ns, static_cast<double>(total.calls) / n, regions / n,
+        wall_ns > 0 ? bench::value(n / (wall_ns * 1e-9)) : bench::value());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::size_t P = 128, N = 64;
   bool exact = false, lock = true, packed_copy = false, force = false, allow_extra = false;
+  bool profile = false;
   std::string kv = "int8";
   model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored;
   std::string packed_cache;
@@ -292,6 +382,10 @@ int main(int argc, char** argv) {
                         allow_extra),
           flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache type", kv),
           flag::boolean({"--no-lock"}, "do not mlock the packed weights", lock, false),
+          flag::boolean({"--profile"},
+                        "instead of the timing rows: ms, calls and fork-joins per token\nper "
+                        "op kind of a tg decode",
+                        profile),
       },
       "End-to-end prompt processing and generation speed of checkpoints (rows pp, tg, start, "
       "prefix).");
@@ -312,6 +406,18 @@ int main(int argc, char** argv) {
   load.packed_cache_copy = packed_copy;
   load.packed_cache_overwrite = force;
   load.allow_extra_tensors = allow_extra;
+  if (profile) {
+    bench::table prof(o, {"model", "test", "threads", "path", "kv_type", "op", "ms_per_token",
+                          "pct_token", "calls_per_token", "forkjoins_per_token",
+                          "tokens_per_s"});
+    for (const auto& dir : models) {
+      const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {
+        return run_profile<typename decltype(tag)::type>(dir, o, N, exact, load, kv, prof);
+      });
+      if (rc != 0) return rc;
+    }
+    return 0;
+  }
   bench::table out(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s_median",
                        "tokens_per_s_mean", "tokens_per_s_stddev", "ttft_ms_median",
                        "ttft_ms_mean", "ttft_ms_stddev", "model_bytes", "peak_rss_bytes",

@@ -248,6 +248,47 @@ TEST_CASE("Session: speculative decoding and prompt lookup keep greedy tokens", 
   CHECK(plain.speculative_stats() == nullptr);
 }
 
+TEST_CASE("Session: a profile counts the target's ops and fork-joins, tokens unchanged",
+          "[session]") {
+  const auto engine = load_engine();
+  auto pool = ThreadPool::create(2);
+  REQUIRE(pool);
+  SessionOptions so = greedy();
+  so.pool = pool->get();
+  Session plain = make_session(engine, so);
+  const Ids want = generate_ids(plain, "And God said", 8);
+
+  backend::Profile profile;
+  so.profile = &profile;
+  const std::uint64_t regions0 = (*pool)->regions();
+  Session profiled = make_session(engine, so);
+  CHECK(generate_ids(profiled, "And God said", 8) == want);
+  const std::size_t L = engine->config().num_hidden_layers;
+  const std::uint64_t chunks = profile[backend::OpKind::embed].calls;  // one per forward chunk
+  CHECK(chunks >= 8);                                                   // prefill + 7 steps
+  CHECK(profile[backend::OpKind::other].calls == 2 * chunks);           // begin, finish
+  for (auto k : {backend::OpKind::qkv, backend::OpKind::attention, backend::OpKind::o_proj,
+                 backend::OpKind::gate_up, backend::OpKind::silu_mul, backend::OpKind::down})
+    CHECK(profile[k].calls == L * chunks);
+  CHECK(profile[backend::OpKind::rope].calls == 2 * L * chunks);
+  CHECK(profile[backend::OpKind::add].calls == 2 * L * chunks);
+  CHECK(profile[backend::OpKind::lm_head].calls >= 8);
+  CHECK(profile[backend::OpKind::qkv].regions >= L * chunks);  // each matmul forks at least once
+  CHECK(profile.total().regions == (*pool)->regions() - regions0);
+  CHECK(profile.total().ns > 0);
+
+  // With a draft model only the target's steps are counted: still L of each per chunk.
+  backend::Profile spec_profile;
+  SessionOptions spec_o = so;
+  spec_o.profile = &spec_profile;
+  spec_o.draft = load_engine(EngineOptions::draft_of(engine->options()), "kjv-draft-awq");
+  Session spec = make_session(engine, spec_o);
+  CHECK(generate_ids(spec, "And God said", 8) == want);
+  const std::uint64_t spec_chunks = spec_profile[backend::OpKind::embed].calls;
+  CHECK(spec_chunks > 0);
+  CHECK(spec_profile[backend::OpKind::qkv].calls == L * spec_chunks);
+}
+
 TEST_CASE("Session: a prompt cache file restores the prefix", "[session]") {
   const auto engine = load_engine();
   test::TempDir dir("edgellm-session");

@@ -117,6 +117,37 @@ TEST_CASE("ThreadPool::run may be called from several application threads", "[th
   REQUIRE(total.load() == 3 * 300 * 10);
 }
 
+TEST_CASE("ThreadPool::regions counts one fork-join per parallel region", "[thread_pool]") {
+  auto pool = ThreadPool::create(3);
+  REQUIRE(pool);
+  ThreadPool& p = **pool;
+  REQUIRE(p.regions() == 0);
+  p.run([](std::size_t, std::size_t) {});
+  CHECK(p.regions() == 1);
+  p.parallel_for(100, [](std::size_t, std::size_t) {});
+  CHECK(p.regions() == 2);
+  p.parallel_for_balanced(1000, 7, [](std::size_t, std::size_t) {});
+  CHECK(p.regions() == 3);
+  parallel_for(&p, 10, [](std::size_t, std::size_t) {});  // the free function forks too
+  CHECK(p.regions() == 4);
+  // Several application threads: every region is counted once.
+  std::vector<std::thread> apps;
+  for (int a = 0; a < 3; ++a)
+    apps.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) p.parallel_for(4, [](std::size_t, std::size_t) {});
+    });
+  for (auto& t : apps) t.join();
+  CHECK(p.regions() == 4 + 3 * 50);
+
+  // One thread forks nothing: no regions.
+  auto single = ThreadPool::create(1);
+  REQUIRE(single);
+  (*single)->run([](std::size_t, std::size_t) {});
+  (*single)->parallel_for_balanced(100, 3, [](std::size_t, std::size_t) {});
+  parallel_for(single->get(), 10, [](std::size_t, std::size_t) {});
+  CHECK((*single)->regions() == 0);
+}
+
 TEST_CASE("ThreadPool pins its workers when asked, and the caller only by pin_current_thread",
           "[thread_pool]") {
   REQUIRE(pin_current_thread({}));  // an empty set: nothing to do

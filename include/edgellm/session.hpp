@@ -22,6 +22,7 @@
 // a pool of its own uses. Without either, a Session computes on its calling thread.
 #pragma once
 
+#include "edgellm/backend/profile.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/decode/generate.hpp"
@@ -234,6 +235,9 @@ struct SessionOptions {
   /// the largest context that fits (Session::memory_note() says so).
   MemoryBudget memory_budget{};
   bool shrink_context_to_fit = false;
+  /// Per-op time, calls and fork-joins of the target model's steps (a draft model's are not
+  /// counted) are added here (model::TransformerOptions::profile); must outlive the Session.
+  backend::Profile* profile = nullptr;
 };
 
 /// What one Session::generate() call does besides the prompt.
@@ -459,7 +463,9 @@ class Session {
       if (!target) return target.error();
       std::unique_ptr<Core> c(new Core{std::move(*target), {}, {}, o.speculative, {}});
       if (o.draft) {
-        auto d = Target::create(o.draft->weights(), to);
+        model::TransformerOptions draft_to = to;
+        draft_to.profile = nullptr;  // SessionOptions::profile is the target's
+        auto d = Target::create(o.draft->weights(), draft_to);
         if (!d) return d.error();
         c->draft.emplace(std::move(*d));
       } else if (o.prompt_lookup) {
@@ -535,6 +541,7 @@ class Session {
     to.pool = options_.pool != nullptr ? options_.pool : engine_->pool();
     to.max_batch = options_.max_batch;
     to.context_size = options_.context_size;
+    to.profile = options_.profile;
     if (to.context_size == 0) {
       to.context_size = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
       if (cfg.sliding_window) to.context_size = std::min(to.context_size, *cfg.sliding_window);

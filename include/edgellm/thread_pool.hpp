@@ -150,6 +150,12 @@ class ThreadPool {
 
   std::size_t size() const noexcept { return n_threads_; }
 
+  /// Parallel regions (fork-joins) run so far: every run(), parallel_for() and
+  /// parallel_for_balanced() on a pool of more than one thread counts one; on a pool of one
+  /// thread nothing is forked and nothing is counted. The delta over a decode step is its
+  /// synchronisation count (edgellm-bench --profile). Counts the regions of every caller.
+  std::uint64_t regions() const noexcept { return regions_.load(std::memory_order_relaxed); }
+
   /// Runs fn(thread_index, n_threads) on all threads (index 0 is the caller) and waits.
   template <class Fn>
   void run(Fn&& fn) {
@@ -220,6 +226,7 @@ class ThreadPool {
     }
     Task task{&invoke<std::remove_reference_t<Fn>>, static_cast<void*>(&fn)};
     task_ = task;
+    regions_.fetch_add(1, std::memory_order_relaxed);  // under run_mutex_: no contention
     pending_.store(n - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_acq_rel);
     generation_.notify_all();
@@ -281,6 +288,7 @@ class ThreadPool {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<std::size_t> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> regions_{0};  // regions(): written under run_mutex_, read anywhere
   std::unique_ptr<Range[]> ranges_;  // [size()] parallel_for_balanced ranges
 };
 

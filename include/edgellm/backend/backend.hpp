@@ -4,6 +4,7 @@
 // the CPU implementation, backend/scalar.hpp the scalar oracle.
 #pragma once
 
+#include "edgellm/backend/profile.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/linear.hpp"
 #include "edgellm/kernels/matmul.hpp"
@@ -38,6 +39,9 @@ struct Options {
   ThreadPool* pool = nullptr;                            ///< the host's threads; null: caller
   kernels::MatmulPath path = kernels::MatmulPath::fast;  ///< int4 arithmetic (exact or W4A8)
   kernels::Isa isa = kernels::Isa::best;                 ///< CPU microkernel family
+  /// Where to add each op's time, calls and fork-joins (backend/profile.hpp); null (the
+  /// default): no timing. Must outlive the backend instance. A backend may ignore it.
+  Profile* profile = nullptr;
 };
 
 /// One output of a grouped linear: y [rows][w.n()] = x w^T (+ bias).

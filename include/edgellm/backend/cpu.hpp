@@ -5,6 +5,7 @@
 
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/backend/host_state.hpp"
+#include "edgellm/backend/profile.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/detail/aligned_buffer.hpp"
@@ -130,6 +131,7 @@ class Cpu {
     b.mo_.path = options.path;
     b.mo_.isa = options.isa;
     b.mo_.workspace = b.workspace_.get();
+    b.profile_ = options.profile;
     return b;
   }
 
@@ -141,13 +143,18 @@ class Cpu {
   result<Vector> upload(std::span<const float> v) { return v; }
   result<Table> upload(const kernels::DenseMatrix& t) { return &t; }
 
-  status begin(std::size_t first_pos, std::size_t rows) { return host_.begin(first_pos, rows); }
+  status begin(std::size_t first_pos, std::size_t rows) {
+    const ProfileScope scope = profiled(OpKind::other);
+    return host_.begin(first_pos, rows);
+  }
 
   status embed(Table table, std::span<const std::int32_t> ids, Tensor x) {
+    const ProfileScope scope = profiled(OpKind::embed);
     return HostState::embed(*table, ids, x);
   }
 
   void rms_norm(Tensor x, Vector w, Tensor out, std::size_t r0, std::size_t r1) {
+    const ProfileScope scope = profiled(OpKind::rms_norm);
     kernels::rms_norm(x.data.data(), w.data(), out.data.data(), x.cols, r0, r1,
                       host_.shape().rms_norm_eps);
   }
@@ -155,20 +162,29 @@ class Cpu {
   // Rows of [rows * heads][head_dim]; kernels::rms_norm reads each element before writing it,
   // so in place is fine.
   void head_rms_norm(Tensor t, Vector w, std::size_t rows) {
+    const ProfileScope scope = profiled(OpKind::rms_norm);
     const std::size_t head_dim = host_.shape().head_dim;
     kernels::rms_norm(t.data.data(), w.data(), t.data.data(), head_dim, 0,
                       rows * (t.cols / head_dim), host_.shape().rms_norm_eps);
   }
 
   status linear(Matrix w, Tensor x, Tensor y, std::size_t rows) {
+    const ProfileScope scope =
+        profiled(w->k() == host_.shape().intermediate ? OpKind::down : OpKind::o_proj);
     return linear_forward(*w, x.data.first(rows * w->k()), rows, y.data, mo_);
   }
 
   status linear_group(std::span<const LinearTarget<Cpu>> targets, Tensor x, std::size_t rows) {
+    const ProfileScope scope =
+        profiled(!targets.empty() && targets.front().w->n() == host_.shape().intermediate
+                     ? OpKind::gate_up
+                     : OpKind::qkv);
     constexpr std::size_t kMax = 8;
     if (targets.size() > kMax) {
       for (const LinearTarget<Cpu>& t : targets)
-        if (auto st = linear(t.w, x, t.y, rows); !st) return st;
+        if (auto st = linear_forward(*t.w, x.data.first(rows * t.w->k()), rows, t.y.data, mo_);
+            !st)
+          return st;
       return {};
     }
     LinearOutput outs[kMax];
@@ -178,6 +194,7 @@ class Cpu {
   }
 
   void rope(Tensor t, std::size_t rows) {
+    const ProfileScope scope = profiled(OpKind::rope);
     const std::size_t head_dim = host_.shape().head_dim;
     kernels::rope(t.data.data(), rows, t.cols / head_dim, head_dim, host_.cos(), host_.sin());
   }
@@ -185,6 +202,7 @@ class Cpu {
   template <cache::KVCache Cache>
   status attention(Cache& cache, std::size_t layer, std::size_t first_pos, std::size_t rows,
                    Tensor q, Tensor k, Tensor v, Tensor out) {
+    const ProfileScope scope = profiled(OpKind::attention);
     if (auto st = cache.append(layer, first_pos, rows, std::span<const float>(k.data.first(rows * k.cols)),
                                std::span<const float>(v.data.first(rows * v.cols)));
         !st)
@@ -194,20 +212,26 @@ class Cpu {
   }
 
   void silu_mul(Tensor g, Tensor u, std::size_t rows) {
+    const ProfileScope scope = profiled(OpKind::silu_mul);
     kernels::silu_mul(g.data.data(), u.data.data(), rows * g.cols);
   }
 
   void add(Tensor x, Tensor y, std::size_t rows) {
+    const ProfileScope scope = profiled(OpKind::add);
     kernels::add(x.data.data(), y.data.data(), rows * x.cols);
   }
 
   status logits(Matrix w, Tensor x, std::size_t first_row, std::size_t rows,
                 std::span<float> out) {
+    const ProfileScope scope = profiled(OpKind::lm_head);
     return linear_forward(*w, x.data.subspan(first_row * x.cols, rows * x.cols), rows,
                           out.first(rows * w->n()), mo_);
   }
 
-  status finish() { return {}; }
+  status finish() {
+    const ProfileScope scope = profiled(OpKind::other);
+    return {};
+  }
 
   /// Activations, RoPE tables and the fast path's workspace.
   std::size_t bytes() const noexcept {
@@ -219,9 +243,13 @@ class Cpu {
  private:
   Cpu() = default;
 
+  // Times the op it is made in when options.profile was set (ProfileScope).
+  ProfileScope profiled(OpKind kind) const noexcept { return {profile_, kind, mo_.pool}; }
+
   HostState host_;                                 // activations, RoPE tables
   std::unique_ptr<kernels::Workspace> workspace_;  // fast-path activation scratch
   kernels::MatmulOptions mo_;                      // pool, path, isa, &*workspace_
+  Profile* profile_ = nullptr;                     // options.profile: per-op timing, or none
 };
 
 static_assert(ComputeBackend<Cpu, cache::KVCacheF32>);

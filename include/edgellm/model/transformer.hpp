@@ -5,6 +5,7 @@
 
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/backend/cpu.hpp"
+#include "edgellm/backend/profile.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/prefix_blob.hpp"
 #include "edgellm/config.hpp"
@@ -51,6 +52,9 @@ struct TransformerOptions {
   kernels::MatmulPath path = kernels::MatmulPath::fast;
   /// Microkernel family for the fast path (best: chosen from the running CPU).
   kernels::Isa isa = kernels::Isa::best;
+  /// Per-op time, calls and fork-joins of every chunk this instance runs are added here
+  /// (backend::Options::profile); null (the default): no timing. Must outlive the instance.
+  backend::Profile* profile = nullptr;
 };
 
 /// A decoder-only transformer (HF LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM /
@@ -137,7 +141,8 @@ class Transformer {
     shape.max_batch = options.max_batch;
     shape.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
     shape.rope_inv_freq = rope_inv_freq(c);
-    auto b = Backend::create(shape, backend::Options{options.pool, options.path, options.isa});
+    auto b = Backend::create(
+        shape, backend::Options{options.pool, options.path, options.isa, options.profile});
     if (!b) return b.error();
 
     Transformer t(std::move(weights), options, std::move(*cache), std::move(*b));
