@@ -67,6 +67,8 @@ class Q8Matrix {
   std::size_t n_groups() const noexcept { return group_size_ ? k_ / group_size_ : 0; }
   std::size_t byte_size() const noexcept { return q8_matrix_bytes(n_, k_, group_size_); }
   bool empty() const noexcept { return owned_ == nullptr; }
+  /// All bytes (codes, then scales), 64-byte aligned; byte_size() long.
+  const std::byte* data() const noexcept { return owned_.get(); }
 
   /// Codes of row r: [k].
   const std::int8_t* codes(std::size_t r) const noexcept {
