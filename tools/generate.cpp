@@ -235,7 +235,7 @@ int parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--lm-head") {
       if (!need("F")) return usage_error("--lm-head: missing f16, int8 or int4");
       const auto f = model::parse_lm_head_format(v);
-      if (!f) return usage_error("--lm-head: '" + v + "' is not f16, int8 or int4");
+      if (!f) return usage_error("--lm-head: '" + std::string(v) + "' is not f16, int8 or int4");
       a.lm_head = *f;
       a.lm_head_given = true;
     } else if (arg == "--allow-extra-tensors") {

@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--lm-head") {
       if (!value(v)) return usage_error("--lm-head: expected f16, int8 or int4");
       const auto f = model::parse_lm_head_format(v);
-      if (!f) return usage_error("--lm-head: '" + v + "' is not f16, int8 or int4");
+      if (!f) return usage_error("--lm-head: '" + std::string(v) + "' is not f16, int8 or int4");
       eo.load.lm_head = *f;
       eo.lm_head_fallback = false;
     } else if (arg == "--budget") {
