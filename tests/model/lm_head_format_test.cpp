@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -86,6 +87,20 @@ double mean_kl(const std::vector<float>& p, const std::vector<float>& q, std::si
   return total / static_cast<double>(rows);
 }
 
+// Perplexity of ids[1..] given the logits of ids[0..n-1) (one row per position).
+double perplexity(const std::vector<float>& logits, const Ids& ids, std::size_t V) {
+  double nll = 0.0;
+  for (std::size_t i = 0; i + 1 < ids.size(); ++i) {
+    const float* row = logits.data() + i * V;
+    double mx = row[0];
+    for (std::size_t v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+    double z = 0.0;
+    for (std::size_t v = 0; v < V; ++v) z += std::exp(row[v] - mx);
+    nll += std::log(z) + mx - row[static_cast<std::size_t>(ids[i + 1])];
+  }
+  return std::exp(nll / static_cast<double>(ids.size() - 1));
+}
+
 }  // namespace
 
 TEST_CASE("lm_head format names and aliases", "[model][lm_head]") {
@@ -120,10 +135,15 @@ TEST_CASE("bundled target: int8 and int4 lm_head KL to the fp16 one; f16 is as s
   const std::vector<float> same = all_logits(f16, ids);
   REQUIRE(std::memcmp(ref.data(), same.data(), ref.size() * sizeof(float)) == 0);
 
-  const double kl8 = mean_kl(ref, all_logits(int8, ids), V);
-  const double kl4 = mean_kl(ref, all_logits(int4, ids), V);
+  const std::vector<float> l8 = all_logits(int8, ids), l4 = all_logits(int4, ids);
+  const double kl8 = mean_kl(ref, l8, V), kl4 = mean_kl(ref, l4, V);
+  const double p16 = perplexity(ref, ids, V), p8 = perplexity(l8, ids, V),
+               p4 = perplexity(l4, ids, V);
   WARN("bundled target, " << ids.size() << " held-out positions: mean KL to the fp16 lm_head: "
-                          << "int8 " << kl8 << " nats, int4 " << kl4 << " nats");
+                          << "int8 " << kl8 << " nats, int4 " << kl4 << " nats; perplexity f16 "
+                          << p16 << ", int8 " << p8 << ", int4 " << p4);
+  CHECK(std::fabs(p8 / p16 - 1.0) < 1e-3);
+  CHECK(std::fabs(p4 / p16 - 1.0) < 2e-2);
   CHECK(kl8 >= 0.0);
   CHECK(kl8 < 1e-4);  // measured 1.8e-5 (256 positions)
   CHECK(kl4 < 5e-3);  // measured 1.7e-3
