@@ -26,7 +26,7 @@ for pair in "as_stored:f16" "int8:" "int4:"; do
   flag=${pair%%:*} want=${pair#*:}
   got=$(lm_out --lm-head "$flag")
   if { [ -n "$want" ] && [ "$got" = "$lm_f16" ]; } || { [ -z "$want" ] && [ "$got" != "$lm_f16" ] && [ -n "$got" ]; }; then
-    echo "ok   logits --lm-head $flag ${want:+equals f16}${want:-differs from f16}"
+    echo "ok   logits --lm-head $flag $([ -n "$want" ] && echo equals || echo differs from) f16"
   else
     fail "logits --lm-head $flag vs f16" "$got"
   fi
