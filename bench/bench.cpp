@@ -2,7 +2,7 @@
 // edgellm-bench: end-to-end prompt processing and generation speed of a checkpoint, in the
 // spirit of llama-bench, with the bandwidth roofline measured by the same binary in the run.
 //
-//   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-t 1,2] [--exact] [--lm-head q4|as_stored]
+//   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-t 1,2] [--exact] [--lm-head f16|int8|int4]
 //                 [--kv-type int8|f16|f32] [--packed-cache auto|FILE] [--packed-cache-copy]
 //                 [-o tsv|json|jsonl|md|csv] [--quick]
 //                 [--reps N] [--no-lock]
@@ -51,7 +51,7 @@ using namespace edgellm;
 namespace {
 
 std::size_t linear_bytes(const model::Linear& l) {
-  return l.quantized() ? l.q4.byte_size() : l.dense.n() * l.dense.k() * l.dense.element_size();
+  return l.weight_bytes();
 }
 
 std::size_t bytes_per_token(const model::TransformerWeights& w) {
@@ -67,7 +67,8 @@ std::size_t bytes_per_token(const model::TransformerWeights& w) {
 
 void lock_weights(const model::TransformerWeights& w, bool& ok) {
   auto lock = [&](const model::Linear& l) {
-    if (l.quantized()) ok = bench::lock_memory(l.q4.data(), l.q4.byte_size(), "weights") && ok;
+    if (l.int4()) ok = bench::lock_memory(l.q4.data(), l.q4.byte_size(), "weights") && ok;
+    if (l.int8()) ok = bench::lock_memory(l.q8.data(), l.q8.byte_size(), "weights") && ok;
   };
   lock(w.lm_head);
   for (const auto& l : w.layers)
@@ -352,7 +353,7 @@ int main(int argc, char** argv) {
   bool exact = false, lock = true, packed_copy = false, force = false, allow_extra = false;
   bool profile = false;
   std::string kv = "int8";
-  model::LmHeadFormat lm_head = model::LmHeadFormat::as_stored;
+  model::LmHeadFormat lm_head = model::LmHeadFormat::int8;  // the CLIs' default
   std::string packed_cache;
   bench::options o;
   using bench::flag;
@@ -366,10 +367,15 @@ int main(int argc, char** argv) {
           flag::threads({"-t"}, "thread counts; same as --threads", o.threads)
               .shows_default("1,2"),
           flag::boolean({"--exact"}, "exact fp32 int4 path instead of the fast W4A8 path", exact),
-          flag::choice({"--lm-head"}, "quantise lm_head to int4 at load, or keep it as stored",
+          flag::choice({"--lm-head"},
+                       "lm_head as stored (f16) or quantised at load to int8 / int4 (aliases: "
+                       "as_stored, q4)",
                        lm_head,
-                       {{"q4", model::LmHeadFormat::q4},
-                        {"as_stored", model::LmHeadFormat::as_stored}}),
+                       {{"f16", model::LmHeadFormat::as_stored},
+                        {"int8", model::LmHeadFormat::int8},
+                        {"int4", model::LmHeadFormat::q4},
+                        {"as_stored", model::LmHeadFormat::as_stored},
+                        {"q4", model::LmHeadFormat::q4}}),
           flag::string({"--packed-cache"}, "auto|FILE",
                        "map the int4 weights from a packed cache (written if missing)",
                        packed_cache),

@@ -167,8 +167,10 @@ WeightsPtr load(const std::string& dir, bool lock,
   bool locked = lock;
   if (lock) {
     const auto lock_linear = [&](const model::Linear& l) {
-      if (l.quantized())
+      if (l.int4())
         locked = bench::lock_memory(l.q4.data(), l.q4.byte_size(), "weights") && locked;
+      if (l.int8())
+        locked = bench::lock_memory(l.q8.data(), l.q8.byte_size(), "weights") && locked;
     };
     lock_linear(w->lm_head);
     for (const auto& l : w->layers)
@@ -179,7 +181,7 @@ WeightsPtr load(const std::string& dir, bool lock,
   bench::note("[spec] {}: loaded in {:.2f} s, {} layers, hidden {}, vocab {}, lm_head {}, {:.1f} "
               "MB owned ({})",
               dir, s, w->config.num_hidden_layers, w->config.hidden_size,
-              w->config.vocab_size, w->lm_head.quantized() ? "int4" : "as stored",
+              w->config.vocab_size, w->lm_head.int4() ? "int4" : w->lm_head.int8() ? "int8" : "as stored",
               static_cast<double>(w->owned_bytes()) / 1e6,
               locked ? "mlocked" : "not locked");
   return w;

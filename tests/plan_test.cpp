@@ -71,7 +71,8 @@ TEST_CASE("plan: owned weight bytes equal what the load owns, for every fixture 
   const std::string dirs[] = {"llama-awq-gemm", "llama-awq-gemv", "llama-bf16",     "llama-fp16",
                               "qwen2-awq-gemm", "qwen2-fp16",     "qwen3-awq-gemm", "qwen3-fp16"};
   for (const std::string& name : dirs) {
-    for (const auto lm_head : {model::LmHeadFormat::as_stored, model::LmHeadFormat::q4}) {
+    for (const auto lm_head : {model::LmHeadFormat::as_stored, model::LmHeadFormat::int8,
+                               model::LmHeadFormat::q4}) {
       for (const bool ref : {false, true}) {
         const std::string dir = test::source_dir() + "/tests/data/model/" + name;
         CAPTURE(name, static_cast<int>(lm_head), ref);
@@ -87,7 +88,9 @@ TEST_CASE("plan: owned weight bytes equal what the load owns, for every fixture 
           continue;
         }
         CHECK(plan->owned_bytes == (*w)->owned_bytes());
-        CHECK(plan->lm_head == ((*w)->lm_head.quantized() ? "q4" : "as_stored"));
+        CHECK(plan->lm_head == ((*w)->lm_head.int4()   ? "q4"
+                                : (*w)->lm_head.int8() ? "int8"
+                                                       : "as_stored"));
         CHECK(plan->config.hidden_size == (*w)->config.hidden_size);
         CHECK(plan->load_peak_bytes >= plan->owned_bytes);
       }

@@ -64,6 +64,10 @@ model:
                          the first run, rebuilt when the checkpoint or options change; an
                          existing FILE of another model (or not a packed cache) is left alone
   --force                with --packed-cache FILE: replace whatever file is there
+  --lm-head F            f16 (the stored tensor as is), int8 or int4: the lm_head quantised
+                         at load (default int8: half the bytes per token of f16; falls back to
+                         f16 when no group size divides hidden_size); as_stored and q4 are
+                         accepted aliases; ignored with --fp32-reference
   --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use
                          (by default an error: the config may not be this checkpoint's)
   --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
@@ -133,6 +137,8 @@ struct Args {
   bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
   bool ignore_eos = false, pin = false, force = false, force_context = false;
   bool allow_extra_tensors = false, quiet = false;
+  model::LmHeadFormat lm_head = model::LmHeadFormat::int8;
+  bool lm_head_given = false;  // an explicit --lm-head fails rather than falling back
   std::size_t threads = default_threads(), context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
   std::string prompt_cache;
@@ -226,6 +232,12 @@ int parse_args(int argc, char** argv, Args& a) {
       a.force = true;
     } else if (arg == "--force-context") {
       a.force_context = true;
+    } else if (arg == "--lm-head") {
+      if (!need("F")) return usage_error("--lm-head: missing f16, int8 or int4");
+      const auto f = model::parse_lm_head_format(v);
+      if (!f) return usage_error("--lm-head: '" + std::string(v) + "' is not f16, int8 or int4");
+      a.lm_head = *f;
+      a.lm_head_given = true;
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
     } else if (arg == "--threads") {
@@ -544,6 +556,8 @@ int main(int argc, char** argv) {
   eo.load.packed_cache = a.packed_cache;
   eo.load.packed_cache_overwrite = a.force;
   eo.load.allow_extra_tensors = a.allow_extra_tensors;
+  eo.load.lm_head = a.lm_head;
+  eo.lm_head_fallback = !a.lm_head_given;
   eo.threads = a.pin ? 1 : a.threads;
   tools::ProgressBar progress(a.quiet);
   eo.load.progress = std::ref(progress);

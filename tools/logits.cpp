@@ -40,6 +40,9 @@ constexpr const char* kUsage =
     "  --all-positions   logits of every position, not only the last\n"
     "  --fp32-reference  dense fp32 weights and math (AWQ weights dequantised as AutoAWQ does)\n"
     "  --exact           int4 matmuls on the exact path (default: the fast W4A8 path)\n"
+    "  --lm-head F       f16 (the stored tensor as is), int8 or int4: the lm_head quantised\n"
+    "                    at load (default int8; as_stored and q4 are accepted aliases);\n"
+    "                    ignored with --fp32-reference\n"
     "  -t, --threads N   threads for matmuls and attention (default 1; at most 4 x the\n"
     "                    hardware threads, and 256)\n"
     "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
@@ -56,6 +59,8 @@ struct Args {
   bool all_positions = false, fp32_reference = false, exact = false, allow_extra_tensors = false;
   bool quiet = false;
   std::size_t threads = 1;
+  edgellm::model::LmHeadFormat lm_head = edgellm::model::LmHeadFormat::int8;
+  bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
 };
 
 // Parses argv; on error prints the reason and returns false (exit code 2).
@@ -85,6 +90,12 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       a.fp32_reference = true;
     } else if (arg == "--exact") {
       a.exact = true;
+    } else if (arg == "--lm-head") {
+      if (!value(v)) return fail("--lm-head: missing f16, int8 or int4");
+      const auto f = edgellm::model::parse_lm_head_format(v);
+      if (!f) return fail("--lm-head: '" + v + "' is not f16, int8 or int4");
+      a.lm_head = *f;
+      a.lm_head_given = true;
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
     } else if (arg == "--quiet") {
@@ -171,7 +182,12 @@ int run(const Args& a) {
   lo.allow_extra_tensors = a.allow_extra_tensors;
   edgellm::tools::ProgressBar progress(a.quiet);
   lo.progress = std::ref(progress);
+  lo.lm_head = a.lm_head;
   auto w = edgellm::model::load_weights(a.model, lo);
+  if (!w && !a.lm_head_given && !a.fp32_reference) {
+    lo.lm_head = edgellm::model::LmHeadFormat::as_stored;  // e.g. no group size divides hidden
+    w = edgellm::model::load_weights(a.model, lo);
+  }
   progress.finish();
   if (!w) return fail(w.error().message);
 

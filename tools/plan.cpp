@@ -37,7 +37,9 @@ it fits. Nothing is loaded: config.json and the safetensors headers are read.
   -t, --threads N        threads of the pool (attention scratch is per thread; default 1)
   --max-batch N          most tokens per forward chunk (default 64)
   --sessions N           sessions over the one loaded model (default 1)
-  --lm-head F            q4 (int4 at load) or as_stored (default as_stored)
+  --lm-head F            f16 (as stored), int8 or int4 (quantised at load), as edgellm-generate
+                         (default int8, f16 when no group size divides hidden_size; as_stored
+                         and q4 are accepted aliases)
   --packed-cache auto|FILE   int4 weights from a packed-weight cache (planned as valid if the
                          file exists)
   --packed-cache-copy    copy them into owned memory instead of mapping them
@@ -154,6 +156,7 @@ void add_weights(std::string& o, const char* key, const WeightsPlan& w) {
 int main(int argc, char** argv) {
   std::string dir, draft, format = "json", meminfo = "/proc/meminfo";
   EngineOptions eo;
+  eo.load.lm_head = model::LmHeadFormat::int8;  // the CLIs' default (edgellm-generate's)
   SessionOptions so;
   std::size_t sessions = 1, k = 5;
   bool shrink = false, do_measure = false, exact = false;
@@ -202,9 +205,11 @@ int main(int argc, char** argv) {
       if (!t) return usage_error(std::string(arg) + ": " + t.error().message);
       so.kv_type = *t;
     } else if (arg == "--lm-head") {
-      if (!value(v) || (v != "q4" && v != "as_stored"))
-        return usage_error("--lm-head: expected q4 or as_stored");
-      eo.load.lm_head = v == "q4" ? model::LmHeadFormat::q4 : model::LmHeadFormat::as_stored;
+      if (!value(v)) return usage_error("--lm-head: expected f16, int8 or int4");
+      const auto f = model::parse_lm_head_format(v);
+      if (!f) return usage_error("--lm-head: '" + std::string(v) + "' is not f16, int8 or int4");
+      eo.load.lm_head = *f;
+      eo.lm_head_fallback = false;
     } else if (arg == "--budget") {
       if (!value(v)) return usage_error("--budget: missing BYTES or NN%");
       auto b = parse_budget(v);

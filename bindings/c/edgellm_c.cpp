@@ -171,9 +171,12 @@ edgellm_status to_engine_options(std::string_view where, const std::string& name
   } else if (std::string_view(o.lm_head) == "q4") {
     eo.load.lm_head = edgellm::model::LmHeadFormat::q4;
     eo.lm_head_fallback = true;
+  } else if (std::string_view(o.lm_head) == "int8") {
+    eo.load.lm_head = edgellm::model::LmHeadFormat::int8;
+    eo.lm_head_fallback = true;
   } else {
     return invalid(where, name + "->lm_head: '" + std::string(o.lm_head) +
-                              "' is not one of NULL, \"stored\", \"q4\"");
+                              "' is not one of NULL, \"stored\", \"int8\", \"q4\"");
   }
   if (o.packed_cache != nullptr) eo.load.packed_cache = o.packed_cache;
   eo.load_tokenizer = o.load_tokenizer != 0;

@@ -30,6 +30,7 @@
 
 #include "edgellm/model/config.hpp"
 #include "edgellm/model/config_json.hpp"
+#include "edgellm/model/lm_head_format.hpp"
 #include "edgellm/model/logits_mode.hpp"
 #include "edgellm/model/packed_cache.hpp"
 #include "edgellm/model/tokenizer.hpp"

@@ -23,6 +23,7 @@
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/kernels/q8_activations.hpp"
+#include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config_json.hpp"
 #include "edgellm/model/packed_cache.hpp"
@@ -133,7 +134,7 @@ struct PlanOptions {
 struct WeightsPlan {
   std::string dir;
   model::ModelConfig config;
-  std::string lm_head = "as_stored";  ///< "q4" or "as_stored" (after lm_head_fallback)
+  std::string lm_head = "as_stored";  ///< "q4", "int8" or "as_stored" (after lm_head_fallback)
   std::string int4_source;   ///< "checkpoint", "packed cache (mapped)", "packed cache (copied)"
   std::uint64_t files_bytes = 0;    ///< every safetensors file (+ a packed cache) mapped
   /// Owned memory: packed int4 and dense copies, norms, biases (TransformerWeights::owned_bytes).
@@ -372,19 +373,29 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   auto head = tensor(head_name);
   if (!head) return head.error();
   std::size_t head_group = 0;
-  if (load.lm_head == model::LmHeadFormat::q4 && !ref) {
+  const bool head_int8 = load.lm_head == model::LmHeadFormat::int8;
+  if (load.lm_head != model::LmHeadFormat::as_stored && !ref) {
     head_group = model::largest_group_dividing({H});
     if (head_group == 0 && !lm_head_fallback) {
       return make_error(errc::unsupported, where,
-                        dir + ": lm_head: no int4 group size divides hidden_size " +
+                        dir + ": lm_head: no int4/int8 group size divides hidden_size " +
                             std::to_string(H));
     }
   }
   // A tied as-stored lm_head, or a tied q4 one (its source pages are kept), is the embedding.
   const bool head_copy = head_group == 0 && load.packed_cache_copy && !load.packed_cache.empty() && !ref;
   if (c.tie_word_embeddings)
-    w.embedding_resident = w.embedding_resident || (head_group == 0 ? !head_copy : !packed);
-  if (head_group != 0) {
+    w.embedding_resident =
+        w.embedding_resident || (head_group == 0 ? !head_copy : head_int8 || !packed);
+  if (head_group != 0 && head_int8) {
+    // Quantised from the mapped tensor at every load (never from the packed cache); the
+    // source pages stay mapped.
+    w.lm_head = "int8";
+    const std::uint64_t q = kernels::q8_matrix_bytes(V, H, head_group);
+    walk.step(head->bytes.size() + q, "lm_head");
+    owned(q);
+    if (!c.tie_word_embeddings) mapped(head->bytes.size());
+  } else if (head_group != 0) {
     w.lm_head = "q4";
     int4("lm_head", head->bytes.size(), V, H, head_group, c.tie_word_embeddings);
   } else if (head_copy) {
@@ -438,7 +449,7 @@ inline SessionPlan plan_session(const WeightsPlan& w, const WeightsPlan* draft,
                                                                   m.intermediate_size, m.q_dim()}));
       for (std::size_t k : {m.hidden_size, m.q_dim(), m.intermediate_size})
         if (g != 0) ws = std::max<std::uint64_t>(ws, kernels::q8_activation_bytes(o.max_batch, k, g));
-      if (wp.lm_head == "q4") {
+      if (wp.lm_head == "q4" || wp.lm_head == "int8") {
         const std::size_t hg = model::largest_group_dividing({m.hidden_size});
         ws = std::max<std::uint64_t>(ws, kernels::q8_activation_bytes(o.max_batch, m.hidden_size, hg));
       }

@@ -62,7 +62,7 @@ namespace edgellm {
 struct EngineOptions {
   /// Passed to model::load_weights (reference mode, lm_head format, packed-weight cache, ...).
   model::LoadOptions load{};
-  /// With load.lm_head == q4: when the int4 lm_head cannot be built (e.g. no int4 group size
+  /// With load.lm_head int8 or q4: when that lm_head cannot be built (e.g. no group size
   /// divides hidden_size), load the lm_head as stored instead of failing; Engine::lm_head_note()
   /// then says why.
   bool lm_head_fallback = true;
@@ -142,11 +142,12 @@ class Engine {
       e->options_.load.progress = nullptr;  // the caller's, for this load only
       model::LoadOptions lo = options.load;
       auto w = model::load_weights(dir, lo);
-      if (!w && options.lm_head_fallback && lo.lm_head == model::LmHeadFormat::q4 &&
+      if (!w && options.lm_head_fallback && lo.lm_head != model::LmHeadFormat::as_stored &&
           !lo.fp32_reference) {
-        // Whatever made the int4 lm_head fail, the load as stored either works or reports the
-        // checkpoint's real problem.
-        e->lm_head_note_ = "int4 lm_head refused (" + w.error().message + "); keeping it as stored";
+        // Whatever made the quantised lm_head fail, the load as stored either works or reports
+        // the checkpoint's real problem.
+        e->lm_head_note_ = std::string(model::lm_head_format_name(lo.lm_head)) +
+                           " lm_head refused (" + w.error().message + "); keeping it as stored";
         lo.lm_head = model::LmHeadFormat::as_stored;
         w = model::load_weights(dir, lo);
       }
@@ -191,7 +192,7 @@ class Engine {
   ThreadPool* pool() const noexcept { return pool_.get(); }
   /// Seconds Engine::load() took (weights, tokenizer, pool).
   double load_seconds() const noexcept { return load_seconds_; }
-  /// Why the lm_head is as stored although int4 was asked for; empty otherwise.
+  /// Why the lm_head is as stored although int8 or int4 was asked for; empty otherwise.
   const std::string& lm_head_note() const noexcept { return lm_head_note_; }
   /// The packed-weight cache's note (model::TransformerWeights::packed_cache_note).
   const std::string& packed_cache_note() const noexcept { return weights_->packed_cache_note; }
@@ -555,7 +556,8 @@ class Session {
       WeightsPlan w;
       w.dir = e.dir();
       w.config = e.config();
-      w.lm_head = e.weights()->lm_head.quantized() ? "q4" : "as_stored";
+      const kernels::Linear& head = e.weights()->lm_head;
+      w.lm_head = head.int4() ? "q4" : head.int8() ? "int8" : "as_stored";
       return w;
     };
     PlanOptions po;

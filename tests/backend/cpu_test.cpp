@@ -146,6 +146,27 @@ TEST_CASE("linear_forward(_multi): the kernels' bits, grouped or not", "[backend
   REQUIRE(linear_forward_multi(mixed, x, m, mo));
   CHECK(ga == ya);
   CHECK(gc == yc);
+
+  // An int8 linear: the int8 gemv / gemm, alone or next to an int4 one (one call each).
+  Linear e;
+  auto q8 = edgellm::kernels::quantize_q8(edgellm::test::random_floats(rng, 24 * k), 24, k, G);
+  REQUIRE(q8);
+  e.q8 = std::move(*q8);
+  e.bias = edgellm::test::random_floats(rng, 24);
+  REQUIRE(e.int8());
+  std::vector<float> ye(m * 24), wante(m * 24), ge(m * 24);
+  REQUIRE(linear_forward(e, x, m, ye, mo));
+  if (m == 1) {
+    REQUIRE(edgellm::kernels::gemv(e.q8, x, wante, e.bias, mo));
+  } else {
+    REQUIRE(edgellm::kernels::gemm(e.q8, x, m, wante, e.bias, mo));
+  }
+  CHECK(ye == wante);
+  std::fill(ga.begin(), ga.end(), 0.0f);
+  const LinearOutput with_int8[] = {{&a, ga}, {&e, ge}};
+  REQUIRE(linear_forward_multi(with_int8, x, m, mo));
+  CHECK(ga == ya);
+  CHECK(ge == ye);
 }
 
 TEST_CASE("Cpu backend: ops are the kernels' on its own buffers", "[backend]") {

@@ -36,9 +36,11 @@ static_assert(edgellm::backend::ComputeBackend<Scalar, KVCacheF32>);
 static_assert(edgellm::backend::ComputeBackend<Scalar, KVCacheF16>);
 static_assert(edgellm::backend::ComputeBackend<Scalar, KVCacheQ8>);
 
-WeightsPtr load(const std::string& dir, bool reference) {
+WeightsPtr load(const std::string& dir, bool reference,
+               edgellm::model::LmHeadFormat lm_head = edgellm::model::LmHeadFormat::as_stored) {
   edgellm::model::LoadOptions o;
   o.fp32_reference = reference;
+  o.lm_head = lm_head;
   auto w = edgellm::model::load_weights(dir, o);
   INFO(dir << ": " << (w ? std::string() : w.error().message));
   REQUIRE(w);
@@ -150,4 +152,18 @@ TEST_CASE("Scalar backend: the bundled model end to end, greedy tokens as on the
   REQUIRE(other);
   REQUIRE(other->load_prefix(blob));
   CHECK(other->position() == cpu->position());
+}
+
+TEST_CASE("Scalar backend: an int8 lm_head gives the CPU backend's logits", "[backend]") {
+  const std::string dir = edgellm::test::source_dir() + "/models/kjv-target-awq";
+  const std::vector<std::int32_t> ids = {1, 5, 9, 17, 33, 2, 7, 11};
+  const WeightsPtr w = load(dir, false, edgellm::model::LmHeadFormat::int8);
+  REQUIRE(w->lm_head.int8());
+  const std::size_t V = w->config.vocab_size;
+  for (const MatmulPath path : {MatmulPath::exact, MatmulPath::fast}) {
+    const auto cpu = logits_on<KVCacheF32, Cpu>(w, path, ids);
+    const auto scalar = logits_on<KVCacheF32, Scalar>(w, path, ids, 3);
+    CHECK(worst_relative(cpu, scalar, V) <=
+          (path == MatmulPath::exact ? kExactTolerance : fast_tolerance(w)));
+  }
 }

@@ -15,6 +15,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 expect "help" 0 "--kv-type" -- "$bin" --help
 expect "default bundled model" 0 "tok/s" -- "$bin" -n 24 --seed 3
 expect "fp16 checkpoint, greedy" 0 "generated" -- "$bin" --model "$src/models/kjv-target-fp16" --greedy -n 8
+expect "help lists --lm-head" 0 "--lm-head F .*f16" -- "$bin" --help
+expect "--lm-head int4, greedy" 0 "generated" -- "$bin" --model "$model" --greedy -n 4 --lm-head int4
+expect "--lm-head int3" 2 "--lm-head: 'int3' is not f16, int8 or int4" -- "$bin" --model "$model" --lm-head int3
 expect "missing model dir" 1 "not a directory" -- "$bin" --model "$tmp/nope"
 expect "-n 0" nz "must be > 0" -- "$bin" --model "$model" -n 0
 expect "empty prompt" 1 "empty" -- "$bin" --model "$model" --prompt ""

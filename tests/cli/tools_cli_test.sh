@@ -16,6 +16,26 @@ expect "logits --threads 100000" 2 "--threads: 100000 is not in" -- "$logits" --
 expect "logits --allow-extra-tensors is a flag" 0 "" -- "$logits" --model "$model" --ids 1,2 --out - --allow-extra-tensors
 expect "logits: loading progress on stderr" 0 "repacking int4: 100%" -- "$logits" --model "$model" --ids 1,2 --out -
 expect "logits --quiet: nothing on stderr" 0 "^$" -- "$logits" --model "$model" --ids 1,2 --out - --quiet
+expect "logits --lm-head int3" 2 "--lm-head: 'int3' is not f16, int8 or int4" -- "$logits" --model "$model" --ids 1,2 --out - --lm-head int3
+
+# --lm-head: f16 is the stored tensor (its alias as_stored, the library's default) bit for bit
+# (the JSON holds each float's shortest round trip); int8 (the default) and int4 differ from it.
+lm_out() { "$logits" --model "$model" --ids 1,2,3 --out - --quiet "$@" 2>&1; }
+lm_f16=$(lm_out --lm-head f16)
+for pair in "as_stored:f16" "int8:" "int4:"; do
+  flag=${pair%%:*} want=${pair#*:}
+  got=$(lm_out --lm-head "$flag")
+  if { [ -n "$want" ] && [ "$got" = "$lm_f16" ]; } || { [ -z "$want" ] && [ "$got" != "$lm_f16" ] && [ -n "$got" ]; }; then
+    echo "ok   logits --lm-head $flag $([ -n "$want" ] && echo equals || echo differs from) f16"
+  else
+    fail "logits --lm-head $flag vs f16" "$got"
+  fi
+done
+if [ "$(lm_out)" = "$(lm_out --lm-head int8)" ]; then
+  echo "ok   logits: the default lm_head is int8"
+else
+  fail "logits: the default lm_head is int8"
+fi
 expect "tokenize --tokenizer /dev/zero" 1 "is a character device, not a regular file" -- "$tokenize" --tokenizer /dev/zero --text hi
 if [ -e /dev/full ]; then
   expect "logits --out - on a full disk" 1 "write to '-' failed" -- bash -c "\"$logits\" --model \"$model\" --ids 1,2 --out - >/dev/full"

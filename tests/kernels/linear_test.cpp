@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/kernels/linear.hpp: shape and memory accounting of int4 and dense linears.
+// Tests for edgellm/kernels/linear.hpp: shape and memory accounting of int4, int8 and dense linears.
 #include "edgellm/kernels/linear.hpp"
 
 #include "support/q4_fixtures.hpp"
@@ -25,4 +25,22 @@ TEST_CASE("Linear: int4 or dense, shape and owned bytes", "[kernels]") {
   CHECK(d.n() == 2);
   CHECK(d.k() == 3);
   CHECK(d.owned_bytes() == 6 * sizeof(float));
+  CHECK(d.form() == edgellm::kernels::LinearForm::dense);
+  CHECK(q.form() == edgellm::kernels::LinearForm::int4);
+}
+
+TEST_CASE("Linear: int8 form, shape and owned bytes", "[kernels]") {
+  auto rng = edgellm::test::make_rng(6);
+  edgellm::kernels::Linear l;
+  auto q = edgellm::kernels::quantize_q8(edgellm::test::random_floats(rng, 7 * 64), 7, 64, 32);
+  REQUIRE(q);
+  l.q8 = std::move(*q);
+  CHECK(l.form() == edgellm::kernels::LinearForm::int8);
+  CHECK(l.quantized());
+  CHECK(l.int8());
+  CHECK_FALSE(l.int4());
+  CHECK(l.n() == 7);
+  CHECK(l.k() == 64);
+  CHECK(l.owned_bytes() == edgellm::kernels::q8_matrix_bytes(7, 64, 32));
+  CHECK(l.weight_bytes() == l.owned_bytes());
 }

@@ -12,6 +12,7 @@
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/elementwise.hpp"
+#include "edgellm/kernels/gemm_q8.hpp"
 #include "edgellm/kernels/linear.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/result.hpp"
@@ -63,13 +64,17 @@ inline status dense_matmul(const kernels::DenseMatrix& w, std::span<const float>
   return {};
 }
 
-/// Y[m][n] = X[m][k] W^T + bias through the int4 kernels (gemv for m == 1, gemm otherwise, on
-/// opts.path) or dense_matmul (opts.pool only).
+/// Y[m][n] = X[m][k] W^T + bias through the int4 or int8 kernels (gemv for m == 1, gemm
+/// otherwise, on opts.path) or dense_matmul (opts.pool only).
 inline status linear_forward(const kernels::Linear& w, std::span<const float> x, std::size_t m,
                              std::span<float> y, const kernels::MatmulOptions& opts) {
-  if (w.quantized()) {
+  if (w.int4()) {
     if (m == 1) return kernels::gemv(w.q4, x.first(w.k()), y.first(w.n()), w.bias, opts);
     return kernels::gemm(w.q4, x.first(m * w.k()), m, y.first(m * w.n()), w.bias, opts);
+  }
+  if (w.int8()) {
+    if (m == 1) return kernels::gemv(w.q8, x.first(w.k()), y.first(w.n()), w.bias, opts);
+    return kernels::gemm(w.q8, x.first(m * w.k()), m, y.first(m * w.n()), w.bias, opts);
   }
   return dense_matmul(w.dense, x, m, y, w.bias, opts.pool);
 }
@@ -88,7 +93,7 @@ inline status linear_forward_multi(std::span<const LinearOutput> outs, std::span
   constexpr std::size_t kMax = 8;
   bool grouped = !outs.empty() && outs.size() <= kMax;
   for (const LinearOutput& o : outs) {
-    grouped = grouped && o.w->quantized() &&
+    grouped = grouped && o.w->int4() &&
               o.w->q4.group_size() == outs.front().w->q4.group_size() &&
               o.w->k() == outs.front().w->k();
   }

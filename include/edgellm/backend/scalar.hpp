@@ -39,7 +39,8 @@ concept ViewableKVCache = cache::KVCache<C> && requires(const C& c, std::size_t 
 
 /// Scalar twins of every op (see backend/backend.hpp for the calls): int4 linears by
 /// kernels::reference::gemv_q4 (exact path: double accumulation) or quantize_activations_q8 +
-/// gemm_q4_fast (fast path: the W4A8 specification every microkernel matches bit for bit), dense
+/// gemm_q4_fast (fast path: the W4A8 specification every microkernel matches bit for bit), int8
+/// ones by reference::gemm_q8 / gemm_q8_fast likewise, dense
 /// ones by reference::dense_matmul_rows, attention by cache::reference::attention_stored on the
 /// cache's stored data (double), RMSNorm, SiLU and RoPE in double. Ignores options.pool and isa.
 /// Slow (plain loops): for tests and small models.
@@ -147,16 +148,25 @@ class Scalar {
       return {};
     }
     if (path_ == kernels::MatmulPath::exact) {
-      kernels::reference::gemm_q4(w.q4, x, w.k(), y, w.n(), m, bias);
+      if (w.int4()) {
+        kernels::reference::gemm_q4(w.q4, x, w.k(), y, w.n(), m, bias);
+      } else {
+        kernels::reference::gemm_q8(w.q8, x, w.k(), y, w.n(), m, bias);
+      }
       return {};
     }
-    const std::size_t bytes = kernels::q8_activation_bytes(m, w.k(), w.q4.group_size()) + 64;
+    const std::size_t G = w.int4() ? w.q4.group_size() : w.q8.group_size();
+    const std::size_t bytes = kernels::q8_activation_bytes(m, w.k(), G) + 64;
     if (q8_.size() < bytes) q8_.resize(bytes);
     auto* base = q8_.data();
     base += (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
-    const kernels::Q8ActivationsView a = kernels::make_q8_view(base, m, w.k(), w.q4.group_size());
+    const kernels::Q8ActivationsView a = kernels::make_q8_view(base, m, w.k(), G);
     kernels::reference::quantize_activations_q8(x, w.k(), a);
-    kernels::reference::gemm_q4_fast(w.q4, a, bias, y, w.n());
+    if (w.int4()) {
+      kernels::reference::gemm_q4_fast(w.q4, a, bias, y, w.n());
+    } else {
+      kernels::reference::gemm_q8_fast(w.q8, a, bias, y, w.n());
+    }
     return {};
   }
 

@@ -82,7 +82,8 @@ typedef struct edgellm_model edgellm_model;
 typedef struct edgellm_model_options {
   int32_t threads;              /* > 1: the model owns a pool of this many threads; 0 or 1: none */
   const char* backend;          /* NULL or "cpu" ("vulkan" where built with it); else UNSUPPORTED */
-  const char* lm_head;          /* NULL or "stored": as stored; "q4": int4 (falls back to stored) */
+  const char* lm_head;          /* NULL or "stored": as stored; "int8" / "q4": int8 / int4 at
+                                   load (falls back to stored) */
   const char* packed_cache;     /* NULL: none; "auto": beside the checkpoint; or a file path */
   int32_t load_tokenizer;       /* nonzero: load tokenizer.json (needed to generate text) */
   uint64_t memory_budget_bytes; /* 0: none; else refuse (OUT_OF_MEMORY) when the plan exceeds it */

@@ -12,6 +12,7 @@
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/q8_activations.hpp"
+#include "edgellm/kernels/q8_matrix.hpp"
 
 namespace edgellm::kernels::reference {
 
@@ -127,6 +128,72 @@ inline double fast_error_bound(const Q4Matrix& w, const float* x, std::size_t r)
   // The fp32 epilogue rounds terms whose magnitudes add up to at most abs_dot + bound.
   return bound + static_cast<double>(ng + 2) * std::ldexp(1.0, -24) * (abs_dot(w, x, r) + bound) * 1.01;
 }
+
+/// int8 weights (Q8Matrix), exact path: y[i][r] = bias[r] + sum_k X[i][k] * q[r][k] * s[r][k / G]
+/// in double (each q * s and its product with x exact in double), cast to fp32 once. The exact
+/// kernel (gemm_q8.hpp) is tested against this within its fp32 summation bound.
+inline void gemm_q8(const Q8Matrix& w, const float* x, std::size_t ldx, float* y, std::size_t ldy,
+                    std::size_t m, const float* bias) {
+  const std::size_t n = w.n(), k = w.k(), G = w.group_size();
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t r = 0; r < n; ++r) {
+      double acc = bias ? static_cast<double>(bias[r]) : 0.0;
+      for (std::size_t c = 0; c < k; ++c)
+        acc += static_cast<double>(w.codes(r)[c]) * static_cast<double>(w.scales(r)[c / G]) *
+               static_cast<double>(x[i * ldx + c]);
+      y[i * ldy + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+/// sum_k |w[r][k] x[k]| of an int8 row (the scale of a dot product's rounding error).
+inline double abs_dot(const Q8Matrix& w, const float* x, std::size_t r) {
+  double acc = 0.0;
+  for (std::size_t c = 0; c < w.k(); ++c)
+    acc += std::fabs(static_cast<double>(w.codes(r)[c]) *
+                     static_cast<double>(w.scales(r)[c / w.group_size()]) * x[c]);
+  return acc;
+}
+
+/// int8 weights, fast path (W8A8): for every row i of the quantised activations and output r,
+///   t_g = sum_{k in g} q[r][k] * xq[i][k]                          (exact int32)
+///   y = fma(float(t_g), s[r][g] * dx[i][g], y) over g in order, then y + bias[r].
+/// Error against the exact product (|x - dx xq| <= dx / 2 per element):
+///   |y_fast - y_exact| <= sum_g (dx_g / 2) sum_{k in g} |w[r][k]| + (n_groups + 2) 2^-24 (...)
+/// as for gemm_q4_fast (fast_error_bound below).
+inline void gemm_q8_fast(const Q8Matrix& w, const Q8ActivationsView& a, const float* bias,
+                         float* y, std::size_t ldy) {
+  const std::size_t n = w.n(), G = w.group_size(), ng = w.n_groups();
+  for (std::size_t i = 0; i < a.m; ++i) {
+    for (std::size_t r = 0; r < n; ++r) {
+      float acc = 0.0f;
+      for (std::size_t g = 0; g < ng; ++g) {
+        std::int32_t dot = 0;
+        for (std::size_t c = g * G; c < (g + 1) * G; ++c)
+          dot += static_cast<std::int32_t>(w.codes(r)[c]) * a.q[i * a.k + c];
+        acc = std::fma(static_cast<float>(dot), w.scales(r)[g] * a.scale[i * ng + g], acc);
+      }
+      y[i * ldy + r] = acc + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+/// The int8 fast path's error bound for output r and one activation row x.
+inline double fast_error_bound(const Q8Matrix& w, const float* x, std::size_t r) {
+  const std::size_t G = w.group_size(), ng = w.n_groups();
+  double bound = 0.0;
+  for (std::size_t g = 0; g < ng; ++g) {
+    double amax = 0.0, wsum = 0.0;
+    for (std::size_t c = g * G; c < (g + 1) * G; ++c) {
+      amax = std::max(amax, static_cast<double>(std::fabs(x[c])));
+      wsum += std::fabs(static_cast<double>(w.codes(r)[c]) * w.scales(r)[g]);
+    }
+    bound += (amax / 127.0) * (1.0 + 1e-6) * 0.5 * wsum;
+  }
+  return bound +
+         static_cast<double>(ng + 2) * std::ldexp(1.0, -24) * (abs_dot(w, x, r) + bound) * 1.01;
+}
+
 
 /// Twin of kernels::rms_norm: rows [r0, r1) of x [rows][n], one sequential double sum of
 /// squares per row, the normalisation in double, rounded once to fp32.

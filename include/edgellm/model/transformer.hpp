@@ -429,8 +429,10 @@ class Transformer {
     }
     for (const LayerWeights* l : {&w.layers.front(), &w.layers.back()}) {
       for (const Linear* lin : {&l->k_proj, &l->v_proj}) {
-        if (lin->quantized()) {
+        if (lin->int4()) {
           bytes(lin->q4.data(), std::min<std::size_t>(4096, lin->q4.byte_size()));
+        } else if (lin->int8()) {
+          bytes(lin->q8.data(), std::min<std::size_t>(4096, lin->q8.byte_size()));
         } else {
           std::vector<float> r0(lin->k());
           lin->dense.row(0, r0.data());

@@ -12,8 +12,10 @@
 #include "edgellm/kernels/linear.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
+#include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config_json.hpp"
+#include "edgellm/model/lm_head_format.hpp"
 #include "edgellm/model/packed_cache.hpp"
 #include "edgellm/result.hpp"
 
@@ -41,14 +43,6 @@
 #endif
 
 namespace edgellm::model {
-
-/// How lm_head (or the tied embedding used as lm_head) is multiplied.
-enum class LmHeadFormat {
-  as_stored,  ///< the fp16/bf16/fp32 tensor in place (mmapped), converted on the fly: exact
-              ///< weights, no extra memory, 2 bytes per weight read per token
-  q4,         ///< RTN-quantised to int4 at load (group 128, or 64 / 32 when hidden_size needs
-              ///< it) and run by the int4 kernels: ~0.53 bytes per weight, quantisation error
-};
 
 /// Options of load_weights().
 struct LoadOptions {
@@ -602,6 +596,8 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     packed_path =
         options.packed_cache == "auto" ? default_packed_cache_path(dir) : options.packed_cache;
     const std::string signature =
+        // An int8 lm_head is not stored in the cache (quantised at load), so it shares the
+        // as-stored signature.
         std::string("lm_head=") + (options.lm_head == LmHeadFormat::q4 ? "q4" : "as_stored") +
         ";rtn=" + std::to_string(w->rtn_group_size);
     // `auto` names a file of ours by construction; another path may hold someone else's.
@@ -648,9 +644,10 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   // Every int4 matrix with its cache name (the tensor prefix), for writing the packed cache.
   std::vector<std::pair<std::string, const kernels::Q4Matrix*>> int4;
   const bool q4_head = options.lm_head == LmHeadFormat::q4 && !options.fp32_reference;
+  const bool q8_head = options.lm_head == LmHeadFormat::int8 && !options.fp32_reference;
   const std::uint64_t progress_total =
       std::uint64_t{c.num_hidden_layers} * (2 * q_dim * H + 2 * kv_dim * H + 3 * I * H) +
-      (q4_head ? std::uint64_t{V} * H : 0);
+      (q4_head || q8_head ? std::uint64_t{V} * H : 0);
   const std::string_view stage = options.fp32_reference ? "loading fp32 reference"
                                  : packed                ? "reading packed cache"
                                  : c.awq                 ? "repacking int4"
@@ -701,7 +698,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
       auto lin = ld.linear(i, s.module, s.n, s.k, s.n_why, s.k_why, s.bias, w->rtn_group_size);
       if (!lin) return lin.error();
       *s.out = std::move(*lin);
-      if (s.out->quantized()) int4.emplace_back(pre + std::string(s.module), &s.out->q4);
+      if (s.out->int4()) int4.emplace_back(pre + std::string(s.module), &s.out->q4);
       advance(std::uint64_t{s.n} * s.k);
     }
   }
@@ -711,13 +708,22 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   const std::string head_name =
       c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   const std::string head_why = "[vocab_size, hidden_size]";
-  if (q4_head) {
-    const std::size_t g = largest_group_dividing({H});
-    if (g == 0) {
-      return make_error(errc::unsupported, where,
-                        dir + ": lm_head: no int4 group size (128, 64, 32) divides hidden_size " +
-                            std::to_string(H) + "; use LmHeadFormat::as_stored");
-    }
+  const std::size_t head_group = largest_group_dividing({H});
+  if ((q4_head || q8_head) && head_group == 0) {
+    return make_error(errc::unsupported, where,
+                      dir + ": lm_head: no int4/int8 group size (128, 64, 32) divides "
+                            "hidden_size " + std::to_string(H) + "; use LmHeadFormat::as_stored");
+  }
+  if (q8_head) {
+    // Quantised from the mapped tensor at every load: the packed cache holds int4 matrices
+    // only. The tensor's pages are not released (a tied embedding still needs them).
+    auto d = ld.dense_view(head_name, V, H, head_why);
+    if (!d) return d.error();
+    auto q = kernels::quantize_q8(*d, head_group);
+    if (!q) return make_error(q.error().code, where, dir + ": " + head_name + ": " + q.error().message);
+    w->lm_head.q8 = std::move(*q);
+  } else if (q4_head) {
+    const std::size_t g = head_group;
     if (auto cached = ld.from_packed_cache("lm_head", V, H, g)) {
       w->lm_head.q4 = std::move(*cached);
     } else if (c.tie_word_embeddings) {
@@ -770,7 +776,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
                                                                     : "int4 weights mapped from ") +
                              packed_path;
     } else {
-      if (w->lm_head.quantized()) int4.emplace_back("lm_head", &w->lm_head.q4);
+      if (w->lm_head.int4()) int4.emplace_back("lm_head", &w->lm_head.q4);
       const status st = detail::write_packed_cache(packed_path, packed_key, int4);
       if (!w->packed_cache_note.empty()) w->packed_cache_note += "; ";
       w->packed_cache_note += st ? "wrote " + packed_path : st.error().message;
