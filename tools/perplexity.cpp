@@ -65,6 +65,9 @@ constexpr const char* kUsage =
     "  --fp32-reference     the model in dense fp32 weights and math (AWQ weights dequantised as\n"
     "                       AutoAWQ does); default: int4 (fp16 checkpoints quantised at load)\n"
     "  --exact              int4 matmuls on the exact path (default: the fast W4A8 path)\n"
+    "  --lm-head F          f16 (the stored tensor as is), int8 or int4: the model's lm_head\n"
+    "                       quantised at load (default int8, as edgellm-generate; ignored with\n"
+    "                       --fp32-reference and for the --kl-base model)\n"
     "  -t, --threads N      threads for matmuls and attention (default 1; at most 4 x the\n"
     "                       hardware threads, and 256)\n"
     "  --allow-extra-tensors  load checkpoints holding tensors their config.json does not use\n"
@@ -79,6 +82,8 @@ struct Args {
   std::size_t ctx = 512, stride = 0, max_tokens = 0, threads = 1;
   bool json = false, fp32_reference = false, exact = false, allow_extra_tensors = false;
   bool quiet = false;
+  edgellm::model::LmHeadFormat lm_head = edgellm::model::LmHeadFormat::int8;
+  bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
 };
 
 // Parses argv; on error prints the reason and returns false (exit code 2).
@@ -117,6 +122,12 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       return true;
     } else if (arg == "--fp32-reference") {
       a.fp32_reference = true;
+    } else if (arg == "--lm-head") {
+      if (!value(v)) return fail("--lm-head: missing f16, int8 or int4");
+      const auto f = edgellm::model::parse_lm_head_format(v);
+      if (!f) return fail("--lm-head: '" + v + "' is not f16, int8 or int4");
+      a.lm_head = *f;
+      a.lm_head_given = true;
     } else if (arg == "--exact") {
       a.exact = true;
     } else if (arg == "--allow-extra-tensors") {
@@ -175,7 +186,12 @@ edgellm::result<Model> load_model(const std::string& dir, bool fp32_reference, c
   lo.fp32_reference = fp32_reference;
   lo.allow_extra_tensors = a.allow_extra_tensors;
   lo.progress = std::ref(progress);
+  lo.lm_head = fp32_reference ? edgellm::model::LmHeadFormat::as_stored : a.lm_head;
   auto w = edgellm::model::load_weights(dir, lo);
+  if (!w && !fp32_reference && !a.lm_head_given) {
+    lo.lm_head = edgellm::model::LmHeadFormat::as_stored;  // e.g. no group size divides hidden
+    w = edgellm::model::load_weights(dir, lo);
+  }
   progress.finish();
   if (!w) return w.error();
   edgellm::model::TransformerOptions to;
