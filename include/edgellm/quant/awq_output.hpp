@@ -205,6 +205,10 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
   auto cfg = model::load_model_config(model_dir);
   if (!cfg) return cfg.error();
   const model::ModelConfig& c = *cfg;
+  if (c.awq)  // before any tensor is declared: its packed names would clash with ours
+    return make_error(errc::unsupported, where,
+                      model_dir + ": already quantised (config.json has an AWQ "
+                                  "quantization_config); quantize the fp16/bf16/fp32 original");
   const bool fake = out_opt.fake_quant;
   if (!fake) {
     if (opt.spec.bits != 4)
