@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "edgellm/io/safetensors_write.hpp"
 
+#include "edgellm/io/checkpoint.hpp"
+#include "support/temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstring>
 #include <filesystem>
 #include <vector>
-
-#include "edgellm/io/checkpoint.hpp"
-#include "support/temp_dir.hpp"
 
 using namespace edgellm;
 using namespace edgellm::io;

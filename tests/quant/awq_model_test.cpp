@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "edgellm/quant/awq_model.hpp"
 
+#include "support/test_env.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include "support/test_env.hpp"
 
 using namespace edgellm;
 using namespace edgellm::quant;
@@ -44,17 +44,16 @@ std::vector<float> stored(const std::string& dir, const std::string& name, std::
 
 }  // namespace
 
-TEST_CASE("quantize_model rtn: every linear is quantize_rtn of the stored weights",
-          "[awq_model]") {
+TEST_CASE("quantize_model rtn: every linear is quantize_rtn of the stored weights", "[awq_model]") {
   const std::string dir = fixture("qwen2-fp16");
   const auto tokens = random_tokens(60, 300);
   std::size_t calls = 0;
-  auto r = quantize_model(dir, tokens, small_options(QuantMethod::rtn),
-                          [&](const LayerProgress& p) {
-                            ++calls;
-                            CHECK(p.layer == calls);
-                            CHECK(p.layers == 2);
-                          });
+  auto r =
+      quantize_model(dir, tokens, small_options(QuantMethod::rtn), [&](const LayerProgress& p) {
+        ++calls;
+        CHECK(p.layer == calls);
+        CHECK(p.layers == 2);
+      });
   REQUIRE(r);
   CHECK(calls == 2);
   CHECK(r->samples == 3);  // 60 tokens: 3 blocks of 16

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "edgellm/quant/awq_output.hpp"
 
+#include "edgellm/model/weights.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_env.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <random>
 #include <vector>
-
-#include "edgellm/model/weights.hpp"
-#include "support/temp_dir.hpp"
-#include "support/test_env.hpp"
 
 using namespace edgellm;
 using namespace edgellm::quant;
@@ -92,8 +92,7 @@ TEST_CASE("write_quantized_model: the gemm output loads and re-dequantises to th
   }
 }
 
-TEST_CASE("write_quantized_model --fake-quant writes the chosen weights as fp16",
-          "[awq_output]") {
+TEST_CASE("write_quantized_model --fake-quant writes the chosen weights as fp16", "[awq_output]") {
   test::TempDir tmp;
   const std::string out = tmp.file("out");
   const auto calib = tokens(40);
@@ -119,8 +118,7 @@ TEST_CASE("write_quantized_model --fake-quant writes the chosen weights as fp16"
   REQUIRE(model::load_weights(out));
 }
 
-TEST_CASE("write_quantized_model refuses and never leaves a half-written output",
-          "[awq_output]") {
+TEST_CASE("write_quantized_model refuses and never leaves a half-written output", "[awq_output]") {
   test::TempDir tmp;
   const std::string out = tmp.file("out");
   const auto calib = tokens(40);

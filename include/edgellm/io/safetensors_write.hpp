@@ -114,8 +114,8 @@ class SafetensorsWriter {
                             ")");
     if (bytes.size() != tensors_[next_].nbytes())
       return make_error(errc::shape_mismatch, where,
-                        file_.path() + ": tensor '" + std::string(name) + "': " +
-                            std::to_string(bytes.size()) + " bytes, declared " +
+                        file_.path() + ": tensor '" + std::string(name) +
+                            "': " + std::to_string(bytes.size()) + " bytes, declared " +
                             std::to_string(tensors_[next_].nbytes()));
     if (auto st = file_.write(bytes); !st) return st;
     ++next_;

@@ -45,9 +45,9 @@ enum class QuantMethod { awq, rtn };
 /// Options of quantize_model.
 struct QuantizeOptions {
   QuantMethod method = QuantMethod::awq;
-  QuantSpec spec;               ///< bits and group size of every linear
-  std::size_t samples = 32;     ///< calibration blocks (fewer if the text is short)
-  std::size_t seqlen = 512;     ///< tokens per block
+  QuantSpec spec;            ///< bits and group size of every linear
+  std::size_t samples = 32;  ///< calibration blocks (fewer if the text is short)
+  std::size_t seqlen = 512;  ///< tokens per block
   /// Tokens the block losses of the scale search run on (whole sample blocks, evenly spaced,
   /// at least one); 0 = all. Bounds the search's time: each loss is evaluated 21 times per group.
   /// x_mean always uses every calibration token.
@@ -56,7 +56,7 @@ struct QuantizeOptions {
   ScaleSearchOptions scale_search;
   ClipSearchOptions clip_search;
   std::string calib_name = "the calibration text";  ///< names the tokens in error messages
-  ThreadPool* pool = nullptr;                        ///< matmuls, attention, clip search
+  ThreadPool* pool = nullptr;                       ///< matmuls, attention, clip search
 };
 
 /// One quantised linear (layer-relative name, e.g. "self_attn.q_proj").
@@ -90,7 +90,7 @@ struct LayerProgress {
 struct QuantizeResult {
   model::ModelConfig config;
   std::size_t samples = 0, seqlen = 0;
-  std::vector<QuantLayer> layers;  ///< filled only when no sink was given
+  std::vector<QuantLayer> layers;             ///< filled only when no sink was given
   std::vector<std::array<double, 4>> alphas;  ///< per layer, QuantLayer::alpha
   double seconds = 0.0;
 };
@@ -102,7 +102,7 @@ namespace detail {
 
 /// A stored F16 / BF16 / F32 tensor as fp32 (copied; the mapping may be unaligned).
 inline result<std::vector<float>> read_f32(const io::Checkpoint& ckpt, const std::string& name,
-                                            std::size_t expect_numel) {
+                                           std::size_t expect_numel) {
   auto t = ckpt.find(name);
   if (!t) return t.error();
   if (t->numel() != expect_numel)
@@ -139,8 +139,7 @@ inline void linear(std::span<const float> w, std::size_t n, std::size_t k,
   const auto* wb = reinterpret_cast<const std::byte*>(w.data());
   const float* b = bias.empty() ? nullptr : bias.data();
   parallel_for_balanced(pool, n, 16, [&](std::size_t r0, std::size_t r1) {
-    kernels::dense_matmul_rows(kernels::DenseType::f32, wb, k, x, k, m, b, y, n, r0, r1,
-                               nullptr);
+    kernels::dense_matmul_rows(kernels::DenseType::f32, wb, k, x, k, m, b, y, n, r0, r1, nullptr);
   });
 }
 
@@ -151,10 +150,9 @@ struct LayerF32 {
   std::vector<float> b[7];  // biases or empty
   std::size_t n[7] = {}, k[7] = {};
 };
-inline constexpr const char* kLinearNames[7] = {"self_attn.q_proj", "self_attn.k_proj",
-                                                "self_attn.v_proj", "self_attn.o_proj",
-                                                "mlp.gate_proj",    "mlp.up_proj",
-                                                "mlp.down_proj"};
+inline constexpr const char* kLinearNames[7] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
 inline result<LayerF32> load_layer(const io::Checkpoint& ckpt, const model::ModelConfig& c,
                                    std::size_t layer) {
@@ -163,8 +161,12 @@ inline result<LayerF32> load_layer(const io::Checkpoint& ckpt, const model::Mode
   const std::size_t h = c.hidden_size, I = c.intermediate_size;
   const std::size_t ns[7] = {c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h};
   const std::size_t ks[7] = {h, h, h, c.q_dim(), h, h, I};
-  const bool has_bias[7] = {c.attention_qkv_bias, c.attention_qkv_bias, c.attention_qkv_bias,
-                            c.attention_out_bias, c.mlp_bias,           c.mlp_bias,
+  const bool has_bias[7] = {c.attention_qkv_bias,
+                            c.attention_qkv_bias,
+                            c.attention_qkv_bias,
+                            c.attention_out_bias,
+                            c.mlp_bias,
+                            c.mlp_bias,
                             c.mlp_bias};
   for (int i = 0; i < 7; ++i) {
     L.n[i] = ns[i];
@@ -218,8 +220,8 @@ struct AttentionCore {
       const auto eps = static_cast<float>(c.rms_norm_eps);
       kernels::rms_norm(q.data(), layer->q_norm.data(), q.data(), D, 0, m * c.num_attention_heads,
                         eps);
-      kernels::rms_norm(k.data(), layer->k_norm.data(), k.data(), D, 0,
-                        m * c.num_key_value_heads, eps);
+      kernels::rms_norm(k.data(), layer->k_norm.data(), k.data(), D, 0, m * c.num_key_value_heads,
+                        eps);
     }
     const std::size_t blocks = m / seqlen, H = c.num_attention_heads, group = c.gqa_group();
     for (std::size_t b = 0; b < blocks; ++b) {
@@ -375,8 +377,9 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
   const model::ModelConfig& c = *cfg;
   if (c.awq)
     return make_error(errc::unsupported, where,
-                      dir + ": already quantised (config.json has an AWQ quantization_config); "
-                            "quantize the fp16/bf16/fp32 original");
+                      dir +
+                          ": already quantised (config.json has an AWQ quantization_config); "
+                          "quantize the fp16/bf16/fp32 original");
   for (const std::size_t k : {c.hidden_size, c.intermediate_size, c.q_dim()})
     if (auto st = check_spec(opt.spec, k, where); !st) return st.error();
   if (opt.seqlen == 0 || opt.samples == 0)
@@ -390,8 +393,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
   for (std::size_t i = 0; i < nb * opt.seqlen; ++i)
     if (calib_tokens[i] < 0 || std::size_t(calib_tokens[i]) >= c.vocab_size)
       return make_error(errc::out_of_range, where,
-                        opt.calib_name + ": token " + std::to_string(calib_tokens[i]) +
-                            " at " + std::to_string(i) + " is outside the vocabulary (" +
+                        opt.calib_name + ": token " + std::to_string(calib_tokens[i]) + " at " +
+                            std::to_string(i) + " is outside the vocabulary (" +
                             std::to_string(c.vocab_size) + ")");
   auto ckpt = io::Checkpoint::open(dir);
   if (!ckpt) return ckpt.error();
@@ -422,8 +425,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
     const io::dtype ty = emb->type();
     if (ty != io::dtype::f32 && ty != io::dtype::f16 && ty != io::dtype::bf16)
       return make_error(errc::unsupported, where,
-                        dir + ": model.embed_tokens.weight is " +
-                            std::string(io::dtype_name(ty)) + " (expected F16, BF16 or F32)");
+                        dir + ": model.embed_tokens.weight is " + std::string(io::dtype_name(ty)) +
+                            " (expected F16, BF16 or F32)");
     const std::size_t es = io::dtype_size(ty);
     for (std::size_t t = 0; t < M; ++t) {
       const std::byte* row = p + std::size_t(calib_tokens[t]) * h * es;
@@ -561,8 +564,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
         for (int j = 0; j < 5; ++j) {
           const int i = lin[j];
           const std::size_t tk = xs[src[j]].size() / W.k[i];
-          auto mv = search_clip(W.w[i], W.n[i], W.k[i], xs[src[j]], tk, opt.spec,
-                                opt.clip_search, pool);
+          auto mv =
+              search_clip(W.w[i], W.n[i], W.k[i], xs[src[j]], tk, opt.spec, opt.clip_search, pool);
           if (!mv) return mv.error();
           apply_clip(W.w[i], W.n[i], W.k[i], opt.spec.group, *mv);
         }

@@ -73,8 +73,12 @@ inline void declare_layer(std::vector<io::TensorDecl>& out, const model::ModelCo
   const std::size_t h = c.hidden_size, I = c.intermediate_size;
   const std::size_t ns[7] = {c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h};
   const std::size_t ks[7] = {h, h, h, c.q_dim(), h, h, I};
-  const bool bias[7] = {c.attention_qkv_bias, c.attention_qkv_bias, c.attention_qkv_bias,
-                        c.attention_out_bias, c.mlp_bias,           c.mlp_bias,
+  const bool bias[7] = {c.attention_qkv_bias,
+                        c.attention_qkv_bias,
+                        c.attention_qkv_bias,
+                        c.attention_out_bias,
+                        c.mlp_bias,
+                        c.mlp_bias,
                         c.mlp_bias};
   for (int i = 0; i < 7; ++i) {
     const std::string p = pre + kLinearNames[i];
@@ -96,10 +100,8 @@ inline status write_layer(io::SafetensorsWriter& w, const QuantLayer& layer, boo
   if (auto st = w.write(pre + "post_attention_layernorm.weight", f16_bytes(layer.post_norm)); !st)
     return st;
   if (!layer.q_norm.empty()) {
-    if (auto st = w.write(pre + "self_attn.q_norm.weight", f16_bytes(layer.q_norm)); !st)
-      return st;
-    if (auto st = w.write(pre + "self_attn.k_norm.weight", f16_bytes(layer.k_norm)); !st)
-      return st;
+    if (auto st = w.write(pre + "self_attn.q_norm.weight", f16_bytes(layer.q_norm)); !st) return st;
+    if (auto st = w.write(pre + "self_attn.k_norm.weight", f16_bytes(layer.k_norm)); !st) return st;
   }
   for (const QuantLinear& ql : layer.linears) {
     const std::string p = pre + ql.name;
@@ -130,7 +132,8 @@ inline bool rewritten(std::string_view name, const model::ModelConfig& c) {
   if (dot == std::string_view::npos) return false;
   const std::string_view rest = name.substr(dot + 1);
   if (rest == "input_layernorm.weight" || rest == "post_attention_layernorm.weight") return true;
-  if (c.attention_qk_norm && (rest == "self_attn.q_norm.weight" || rest == "self_attn.k_norm.weight"))
+  if (c.attention_qk_norm &&
+      (rest == "self_attn.q_norm.weight" || rest == "self_attn.k_norm.weight"))
     return true;
   for (const char* l : kLinearNames) {
     const std::string_view lv(l);
@@ -197,8 +200,9 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
   std::error_code ec;
   const fs::path out(out_dir);
   if (fs::exists(fs::symlink_status(out, ec)) && !out_opt.force)
-    return make_error(errc::io_error, where,
-                      "'" + out_dir + "' exists; not overwritten (pass --force / force to replace it)");
+    return make_error(
+        errc::io_error, where,
+        "'" + out_dir + "' exists; not overwritten (pass --force / force to replace it)");
   if (fs::equivalent(fs::path(model_dir), out, ec))
     return make_error(errc::invalid_argument, where,
                       "'" + out_dir + "' is the input model directory");
@@ -207,14 +211,16 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
   const model::ModelConfig& c = *cfg;
   if (c.awq)  // before any tensor is declared: its packed names would clash with ours
     return make_error(errc::unsupported, where,
-                      model_dir + ": already quantised (config.json has an AWQ "
-                                  "quantization_config); quantize the fp16/bf16/fp32 original");
+                      model_dir +
+                          ": already quantised (config.json has an AWQ "
+                          "quantization_config); quantize the fp16/bf16/fp32 original");
   const bool fake = out_opt.fake_quant;
   if (!fake) {
     if (opt.spec.bits != 4)
-      return make_error(errc::unsupported, where,
-                        "bits " + std::to_string(opt.spec.bits) +
-                            ": the AutoAWQ gemm layout is 4-bit only (use fake_quant / --fake-quant)");
+      return make_error(
+          errc::unsupported, where,
+          "bits " + std::to_string(opt.spec.bits) +
+              ": the AutoAWQ gemm layout is 4-bit only (use fake_quant / --fake-quant)");
     for (const std::size_t n : {c.q_dim(), c.kv_dim(), c.hidden_size, c.intermediate_size})
       if (n % 8 != 0)
         return make_error(errc::unsupported, where,
