@@ -1,0 +1,621 @@
+// SPDX-License-Identifier: Apache-2.0
+// AWQ over a whole Llama / Qwen2 / Qwen3 / Mistral checkpoint (../shared/docs/formats.md 1.6):
+// layer by layer, one layer's weights in fp32 at a time, the layer is run in fp32 on the
+// calibration activations, the scale searches of quant/awq_search.hpp run on its four scaling
+// groups, the scales are folded, the clip search runs on v/o/gate/up/down, and the linears are
+// quantised. The next layer's input is this layer's output with the ORIGINAL weights (AutoAWQ),
+// so quantisation error is not propagated. Writing the result is quant/awq_output.hpp.
+//
+// Memory: the checkpoint stays mmapped; besides one layer's fp32 weights the pipeline holds the
+// residual stream twice ([samples * seqlen][hidden] in and out), one sample block's
+// activations, and the subsets of captured inputs the losses and clip search use.
+#pragma once
+
+#include "edgellm/io/checkpoint.hpp"
+#include "edgellm/kernels/dense_matmul.hpp"
+#include "edgellm/kernels/elementwise.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/quantize.hpp"
+#include "edgellm/model/config.hpp"
+#include "edgellm/model/config_json.hpp"
+#include "edgellm/quant/awq_search.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace edgellm::quant {
+
+/// awq: scale search, folding, clip search, then quantisation; rtn: round-to-nearest of the
+/// original weights (no search, no clip), the baseline.
+enum class QuantMethod { awq, rtn };
+
+/// Options of quantize_model.
+struct QuantizeOptions {
+  QuantMethod method = QuantMethod::awq;
+  QuantSpec spec;            ///< bits and group size of every linear
+  std::size_t samples = 32;  ///< calibration blocks (fewer if the text is short)
+  std::size_t seqlen = 512;  ///< tokens per block
+  /// Tokens the block losses of the scale search run on (whole sample blocks, evenly spaced,
+  /// at least one); 0 = all. Bounds the search's time: each loss is evaluated 21 times per group.
+  /// x_mean always uses every calibration token.
+  std::size_t loss_tokens = 4096;
+  bool clip = true;  ///< AutoAWQ's clip search (awq only)
+  ScaleSearchOptions scale_search;
+  ClipSearchOptions clip_search;
+  std::string calib_name = "the calibration text";  ///< names the tokens in error messages
+  ThreadPool* pool = nullptr;                       ///< matmuls, attention, clip search
+};
+
+/// One quantised linear (layer-relative name, e.g. "self_attn.q_proj").
+struct QuantLinear {
+  std::string name;
+  std::size_t n = 0, k = 0;
+  std::vector<float> weight;              ///< [n][k]: the dequantised values chosen
+  std::optional<kernels::UnpackedQ4> q4;  ///< 4 bits: the codes; weight == dequantize(*q4)
+  std::vector<float> bias;                ///< [n] (after folding) or empty
+};
+
+/// One finished decoder layer: folded norms and quantised linears.
+struct QuantLayer {
+  std::size_t index = 0;
+  std::vector<float> input_norm, post_norm;  ///< [hidden], 1/s folded in
+  std::vector<float> q_norm, k_norm;         ///< [head_dim] (Qwen3) or empty
+  std::vector<QuantLinear> linears;          ///< q, k, v, o, gate, up, down
+  /// The alpha each scaling group chose (qkv, o, gate/up, down): -1 for s = 1, NaN when the
+  /// group was not searched (rtn, or o under GQA).
+  double alpha[4] = {NAN, NAN, NAN, NAN};
+  double seconds = 0.0;
+};
+
+/// Progress after each layer.
+struct LayerProgress {
+  std::size_t layer = 0, layers = 0;
+  double seconds = 0.0;  ///< since the start
+};
+
+/// What quantize_model did.
+struct QuantizeResult {
+  model::ModelConfig config;
+  std::size_t samples = 0, seqlen = 0;
+  std::vector<QuantLayer> layers;             ///< filled only when no sink was given
+  std::vector<std::array<double, 4>> alphas;  ///< per layer, QuantLayer::alpha
+  double seconds = 0.0;
+};
+
+using LayerSink = std::function<status(QuantLayer&&)>;
+using ProgressFn = std::function<void(const LayerProgress&)>;
+
+namespace detail {
+
+/// A stored F16 / BF16 / F32 tensor as fp32 (copied; the mapping may be unaligned).
+inline result<std::vector<float>> read_f32(const io::Checkpoint& ckpt, const std::string& name,
+                                           std::size_t expect_numel) {
+  auto t = ckpt.find(name);
+  if (!t) return t.error();
+  if (t->numel() != expect_numel)
+    return make_error(errc::shape_mismatch, "quantize_model",
+                      ckpt.path() + ": tensor '" + name + "' has " + std::to_string(t->numel()) +
+                          " elements, the config implies " + std::to_string(expect_numel));
+  std::vector<float> out(expect_numel);
+  const std::byte* p = t->bytes.data();
+  switch (t->type()) {
+    case io::dtype::f32:
+      std::memcpy(out.data(), p, expect_numel * 4);
+      break;
+    case io::dtype::f16:
+    case io::dtype::bf16:
+      for (std::size_t i = 0; i < expect_numel; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = t->type() == io::dtype::f16 ? kernels::f16_to_f32(h) : kernels::bf16_to_f32(h);
+      }
+      break;
+    default:
+      return make_error(errc::unsupported, "quantize_model",
+                        ckpt.path() + ": tensor '" + name + "' is " +
+                            std::string(io::dtype_name(t->type())) +
+                            " (expected F16, BF16 or F32: an unquantised checkpoint)");
+  }
+  return out;
+}
+
+/// Y [m][n] = X [m][k] W^T + bias, W fp32 [n][k], rows split over pool.
+inline void linear(std::span<const float> w, std::size_t n, std::size_t k,
+                   std::span<const float> bias, const float* x, std::size_t m, float* y,
+                   ThreadPool* pool) {
+  const auto* wb = reinterpret_cast<const std::byte*>(w.data());
+  const float* b = bias.empty() ? nullptr : bias.data();
+  parallel_for_balanced(pool, n, 16, [&](std::size_t r0, std::size_t r1) {
+    kernels::dense_matmul_rows(kernels::DenseType::f32, wb, k, x, k, m, b, y, n, r0, r1, nullptr);
+  });
+}
+
+/// A layer's weights in fp32 (the original ones until folded).
+struct LayerF32 {
+  std::vector<float> input_norm, post_norm, q_norm, k_norm;
+  std::vector<float> w[7];  // q, k, v, o, gate, up, down: [n][k]
+  std::vector<float> b[7];  // biases or empty
+  std::size_t n[7] = {}, k[7] = {};
+};
+inline constexpr const char* kLinearNames[7] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+inline result<LayerF32> load_layer(const io::Checkpoint& ckpt, const model::ModelConfig& c,
+                                   std::size_t layer) {
+  LayerF32 L;
+  const std::string pre = "model.layers." + std::to_string(layer) + ".";
+  const std::size_t h = c.hidden_size, I = c.intermediate_size;
+  const std::size_t ns[7] = {c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h};
+  const std::size_t ks[7] = {h, h, h, c.q_dim(), h, h, I};
+  const bool has_bias[7] = {c.attention_qkv_bias,
+                            c.attention_qkv_bias,
+                            c.attention_qkv_bias,
+                            c.attention_out_bias,
+                            c.mlp_bias,
+                            c.mlp_bias,
+                            c.mlp_bias};
+  for (int i = 0; i < 7; ++i) {
+    L.n[i] = ns[i];
+    L.k[i] = ks[i];
+    auto w = read_f32(ckpt, pre + kLinearNames[i] + ".weight", ns[i] * ks[i]);
+    if (!w) return w.error();
+    L.w[i] = std::move(*w);
+    if (has_bias[i]) {
+      auto b = read_f32(ckpt, pre + kLinearNames[i] + ".bias", ns[i]);
+      if (!b) return b.error();
+      L.b[i] = std::move(*b);
+    }
+  }
+  auto in = read_f32(ckpt, pre + "input_layernorm.weight", h);
+  if (!in) return in.error();
+  L.input_norm = std::move(*in);
+  auto post = read_f32(ckpt, pre + "post_attention_layernorm.weight", h);
+  if (!post) return post.error();
+  L.post_norm = std::move(*post);
+  if (c.attention_qk_norm) {
+    auto qn = read_f32(ckpt, pre + "self_attn.q_norm.weight", c.head_dim);
+    if (!qn) return qn.error();
+    auto kn = read_f32(ckpt, pre + "self_attn.k_norm.weight", c.head_dim);
+    if (!kn) return kn.error();
+    L.q_norm = std::move(*qn);
+    L.k_norm = std::move(*kn);
+  }
+  return L;
+}
+
+/// The attention block of one layer on normalised inputs, in sample blocks of `seqlen` tokens
+/// (each starting at position 0): q/k/v (+bias), Qwen3 q/k norm, RoPE, causal GQA softmax
+/// attention; the result before o_proj, [m][q_dim]. Weights are passed separately so the
+/// scale search can substitute candidates.
+struct AttentionCore {
+  const model::ModelConfig* cfg = nullptr;
+  const LayerF32* layer = nullptr;
+  std::size_t seqlen = 0;
+  std::vector<float> cos, sin;  // [seqlen][head_dim / 2]
+  ThreadPool* pool = nullptr;
+
+  void run(const float* xn, std::size_t m, std::span<const float> wq, std::span<const float> wk,
+           std::span<const float> wv, float* out) const {
+    const model::ModelConfig& c = *cfg;
+    const std::size_t h = c.hidden_size, qd = c.q_dim(), kd = c.kv_dim(), D = c.head_dim;
+    std::vector<float> q(m * qd), k(m * kd), v(m * kd);
+    linear(wq, qd, h, layer->b[0], xn, m, q.data(), pool);
+    linear(wk, kd, h, layer->b[1], xn, m, k.data(), pool);
+    linear(wv, kd, h, layer->b[2], xn, m, v.data(), pool);
+    if (c.attention_qk_norm) {
+      const auto eps = static_cast<float>(c.rms_norm_eps);
+      kernels::rms_norm(q.data(), layer->q_norm.data(), q.data(), D, 0, m * c.num_attention_heads,
+                        eps);
+      kernels::rms_norm(k.data(), layer->k_norm.data(), k.data(), D, 0, m * c.num_key_value_heads,
+                        eps);
+    }
+    const std::size_t blocks = m / seqlen, H = c.num_attention_heads, group = c.gqa_group();
+    for (std::size_t b = 0; b < blocks; ++b) {
+      kernels::rope(q.data() + b * seqlen * qd, seqlen, H, D, cos.data(), sin.data());
+      kernels::rope(k.data() + b * seqlen * kd, seqlen, c.num_key_value_heads, D, cos.data(),
+                    sin.data());
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    parallel_for_balanced(pool, blocks * H, 1, [&](std::size_t j0, std::size_t j1) {
+      std::vector<float> s(seqlen), acc(D);
+      for (std::size_t j = j0; j < j1; ++j) {
+        const std::size_t b = j / H, hd = j % H, kvh = hd / group, base = b * seqlen;
+        for (std::size_t i = 0; i < seqlen; ++i) {
+          const float* qi = q.data() + (base + i) * qd + hd * D;
+          float mx = -std::numeric_limits<float>::infinity();
+          for (std::size_t t = 0; t <= i; ++t) {
+            const float* kt = k.data() + (base + t) * kd + kvh * D;
+            float d = 0.0f;
+            for (std::size_t e = 0; e < D; ++e) d += qi[e] * kt[e];
+            s[t] = d * scale;
+            mx = std::max(mx, s[t]);
+          }
+          float sum = 0.0f;
+          for (std::size_t t = 0; t <= i; ++t) sum += (s[t] = std::exp(s[t] - mx));
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (std::size_t t = 0; t <= i; ++t) {
+            const float* vt = v.data() + (base + t) * kd + kvh * D;
+            for (std::size_t e = 0; e < D; ++e) acc[e] += s[t] * vt[e];
+          }
+          float* o = out + (base + i) * qd + hd * D;
+          for (std::size_t e = 0; e < D; ++e) o[e] = acc[e] / sum;
+        }
+      }
+    });
+  }
+};
+
+inline double mse(std::span<const float> a, std::span<const float> b) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = double(a[i]) - double(b[i]);
+    s += d * d;
+  }
+  return a.empty() ? 0.0 : s / double(a.size());
+}
+
+/// Group 1's loss: the whole attention block's output (through the original o_proj) from
+/// candidate q/k/v weights, against the original weights' output. xn: [m][hidden], m a
+/// multiple of seqlen.
+class AttentionLoss {
+ public:
+  AttentionLoss(const AttentionCore& core, std::span<const float> xn, std::size_t m)
+      : core_(core), xn_(xn), m_(m) {
+    const LayerF32& L = *core.layer;
+    ref_ = output(L.w[0], L.w[1], L.w[2]);
+  }
+  double operator()(std::span<const std::vector<float>> fake) {
+    return mse(output(fake[0], fake[1], fake[2]), ref_);
+  }
+
+ private:
+  std::vector<float> output(std::span<const float> wq, std::span<const float> wk,
+                            std::span<const float> wv) const {
+    const LayerF32& L = *core_.layer;
+    std::vector<float> a(m_ * L.n[0]), o(m_ * L.n[3]);
+    core_.run(xn_.data(), m_, wq, wk, wv, a.data());
+    linear(L.w[3], L.n[3], L.k[3], L.b[3], a.data(), m_, o.data(), core_.pool);
+    return o;
+  }
+  const AttentionCore& core_;
+  std::span<const float> xn_;
+  std::size_t m_;
+  std::vector<float> ref_;
+};
+
+/// Group 3's loss: the MLP's output (through the original down_proj) from candidate gate/up
+/// weights. xn: [m][hidden].
+class MlpLoss {
+ public:
+  MlpLoss(const LayerF32& L, std::span<const float> xn, std::size_t m, ThreadPool* pool)
+      : L_(L), xn_(xn), m_(m), pool_(pool) {
+    ref_ = output(L.w[4], L.w[5]);
+  }
+  double operator()(std::span<const std::vector<float>> fake) {
+    return mse(output(fake[0], fake[1]), ref_);
+  }
+
+ private:
+  std::vector<float> output(std::span<const float> wg, std::span<const float> wu) const {
+    std::vector<float> g(m_ * L_.n[4]), u(m_ * L_.n[5]), d(m_ * L_.n[6]);
+    linear(wg, L_.n[4], L_.k[4], L_.b[4], xn_.data(), m_, g.data(), pool_);
+    linear(wu, L_.n[5], L_.k[5], L_.b[5], xn_.data(), m_, u.data(), pool_);
+    kernels::silu_mul(g.data(), u.data(), g.size());
+    linear(L_.w[6], L_.n[6], L_.k[6], L_.b[6], g.data(), m_, d.data(), pool_);
+    return d;
+  }
+  const LayerF32& L_;
+  std::span<const float> xn_;
+  std::size_t m_;
+  ThreadPool* pool_;
+  std::vector<float> ref_;
+};
+
+/// What one forward pass over the calibration blocks collects for one linear input.
+struct Capture {
+  std::size_t k = 0;
+  std::vector<double> abs_sum;  // [k]: sum over all tokens of |x|
+  std::vector<float> loss;      // [loss tokens][k]
+  std::vector<float> clip;      // [clip tokens][k]
+
+  void add(const float* x, std::size_t rows, std::size_t first_token, bool loss_block,
+           std::size_t clip_step) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * k;
+      for (std::size_t c = 0; c < k; ++c) abs_sum[c] += std::fabs(xr[c]);
+      if ((first_token + r) % clip_step == 0) clip.insert(clip.end(), xr, xr + k);
+    }
+    if (loss_block) loss.insert(loss.end(), x, x + rows * k);
+  }
+  std::vector<float> mean(std::size_t tokens) const {
+    std::vector<float> m(k);
+    for (std::size_t c = 0; c < k; ++c) m[c] = static_cast<float>(abs_sum[c] / double(tokens));
+    return m;
+  }
+  /// The clip tokens' inputs divided by s (the scaled problem the clip search sees).
+  std::vector<float> clip_scaled(std::span<const float> s) const {
+    std::vector<float> out = clip;
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] /= s[i % k];
+    return out;
+  }
+};
+
+}  // namespace detail
+
+/// Quantises the checkpoint in `dir` (an unquantised Llama / Qwen2 / Qwen3 / Mistral, F16 /
+/// BF16 / F32) with `calib_tokens` cut into min(samples, tokens / seqlen) blocks of seqlen.
+/// Each finished layer goes to `sink` (in order; an error from it stops the run) or, without
+/// one, into the result. Errors: the config's and checkpoint's, an already quantised
+/// checkpoint, a spec the widths do not allow (the group must divide hidden, intermediate and
+/// heads x head_dim), fewer calibration tokens than one block (the message says how many).
+inline result<QuantizeResult> quantize_model(const std::string& dir,
+                                             std::span<const std::int32_t> calib_tokens,
+                                             const QuantizeOptions& opt,
+                                             const ProgressFn& progress = {},
+                                             const LayerSink& sink = {}) {
+  constexpr std::string_view where = "quantize_model";
+  const auto t_start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
+  auto cfg = model::load_model_config(dir);
+  if (!cfg) return cfg.error();
+  const model::ModelConfig& c = *cfg;
+  if (c.awq)
+    return make_error(errc::unsupported, where,
+                      dir +
+                          ": already quantised (config.json has an AWQ quantization_config); "
+                          "quantize the fp16/bf16/fp32 original");
+  for (const std::size_t k : {c.hidden_size, c.intermediate_size, c.q_dim()})
+    if (auto st = check_spec(opt.spec, k, where); !st) return st.error();
+  if (opt.seqlen == 0 || opt.samples == 0)
+    return make_error(errc::invalid_argument, where, "samples and seqlen must be positive");
+  const std::size_t nb = std::min(opt.samples, calib_tokens.size() / opt.seqlen);
+  if (nb == 0)
+    return make_error(errc::invalid_argument, where,
+                      opt.calib_name + ": " + std::to_string(calib_tokens.size()) +
+                          " tokens, fewer than one calibration block of seqlen " +
+                          std::to_string(opt.seqlen));
+  for (std::size_t i = 0; i < nb * opt.seqlen; ++i)
+    if (calib_tokens[i] < 0 || std::size_t(calib_tokens[i]) >= c.vocab_size)
+      return make_error(errc::out_of_range, where,
+                        opt.calib_name + ": token " + std::to_string(calib_tokens[i]) + " at " +
+                            std::to_string(i) + " is outside the vocabulary (" +
+                            std::to_string(c.vocab_size) + ")");
+  auto ckpt = io::Checkpoint::open(dir);
+  if (!ckpt) return ckpt.error();
+
+  const std::size_t L = opt.seqlen, M = nb * L, h = c.hidden_size;
+  ThreadPool* pool = opt.pool;
+  const bool awq = opt.method == QuantMethod::awq;
+
+  // Which blocks the losses use (evenly spaced), and the clip search's token step (AutoAWQ:
+  // max(1, tokens / n_sample_tokens)).
+  std::size_t n_loss = opt.loss_tokens == 0 ? nb : (opt.loss_tokens + L - 1) / L;
+  n_loss = std::clamp<std::size_t>(n_loss, 1, nb);
+  std::vector<bool> loss_block(nb, false);
+  for (std::size_t i = 0; i < n_loss; ++i) loss_block[i * nb / n_loss] = true;
+  const std::size_t clip_step =
+      std::max<std::size_t>(1, M / std::max<std::size_t>(1, opt.clip_search.n_sample_tokens));
+
+  // The residual stream [M][hidden], starting from the embeddings.
+  std::vector<float> x(M * h), y(M * h);
+  {
+    auto emb = ckpt->find("model.embed_tokens.weight");
+    if (!emb) return emb.error();
+    if (emb->numel() != c.vocab_size * h)
+      return make_error(errc::shape_mismatch, where,
+                        dir + ": model.embed_tokens.weight is not [vocab_size, hidden_size]");
+    // Row by row: the table is never converted whole (vocab x hidden can be gigabytes).
+    const std::byte* p = emb->bytes.data();
+    const io::dtype ty = emb->type();
+    if (ty != io::dtype::f32 && ty != io::dtype::f16 && ty != io::dtype::bf16)
+      return make_error(errc::unsupported, where,
+                        dir + ": model.embed_tokens.weight is " + std::string(io::dtype_name(ty)) +
+                            " (expected F16, BF16 or F32)");
+    const std::size_t es = io::dtype_size(ty);
+    for (std::size_t t = 0; t < M; ++t) {
+      const std::byte* row = p + std::size_t(calib_tokens[t]) * h * es;
+      float* dst = x.data() + t * h;
+      for (std::size_t i = 0; i < h; ++i) {
+        if (ty == io::dtype::f32) {
+          std::memcpy(dst + i, row + 4 * i, 4);
+        } else {
+          std::uint16_t v;
+          std::memcpy(&v, row + 2 * i, 2);
+          dst[i] = ty == io::dtype::f16 ? kernels::f16_to_f32(v) : kernels::bf16_to_f32(v);
+        }
+      }
+    }
+  }
+
+  detail::AttentionCore core;
+  core.cfg = &c;
+  core.seqlen = L;
+  core.pool = pool;
+  {
+    const std::vector<float> inv = model::rope_inv_freq(c);
+    core.cos.resize(L * inv.size());
+    core.sin.resize(L * inv.size());
+    kernels::rope_tables(inv.data(), inv.size(), 0, L, core.cos.data(), core.sin.data());
+  }
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+
+  QuantizeResult res;
+  res.config = c;
+  res.samples = nb;
+  res.seqlen = L;
+  for (std::size_t li = 0; li < c.num_hidden_layers; ++li) {
+    const double t_layer = elapsed();
+    auto lw = detail::load_layer(*ckpt, c, li);
+    if (!lw) return lw.error();
+    detail::LayerF32& W = *lw;
+    core.layer = &W;
+    QuantLayer out;
+    out.index = li;
+
+    detail::Capture cap[4];  // inputs of q (= k, v), o, gate (= up), down
+    const std::size_t cap_k[4] = {h, c.q_dim(), h, c.intermediate_size};
+    for (int i = 0; i < 4; ++i) {
+      cap[i].k = cap_k[i];
+      cap[i].abs_sum.assign(cap_k[i], 0.0);
+    }
+    // The forward pass, one sample block at a time, with the original weights.
+    {
+      std::vector<float> xn(L * h), a(L * c.q_dim()), o(L * h), g(L * c.intermediate_size),
+          u(L * c.intermediate_size);
+      for (std::size_t b = 0; b < nb; ++b) {
+        const float* xb = x.data() + b * L * h;
+        float* yb = y.data() + b * L * h;
+        const std::size_t t0 = b * L;
+        kernels::rms_norm(xb, W.input_norm.data(), xn.data(), h, 0, L, eps);
+        if (awq) cap[0].add(xn.data(), L, t0, loss_block[b], clip_step);
+        core.run(xn.data(), L, W.w[0], W.w[1], W.w[2], a.data());
+        if (awq) cap[1].add(a.data(), L, t0, loss_block[b], clip_step);
+        detail::linear(W.w[3], W.n[3], W.k[3], W.b[3], a.data(), L, o.data(), pool);
+        for (std::size_t i = 0; i < L * h; ++i) yb[i] = xb[i] + o[i];
+        kernels::rms_norm(yb, W.post_norm.data(), xn.data(), h, 0, L, eps);
+        if (awq) cap[2].add(xn.data(), L, t0, loss_block[b], clip_step);
+        detail::linear(W.w[4], W.n[4], W.k[4], W.b[4], xn.data(), L, g.data(), pool);
+        detail::linear(W.w[5], W.n[5], W.k[5], W.b[5], xn.data(), L, u.data(), pool);
+        kernels::silu_mul(g.data(), u.data(), g.size());
+        if (awq) cap[3].add(g.data(), L, t0, loss_block[b], clip_step);
+        detail::linear(W.w[6], W.n[6], W.k[6], W.b[6], g.data(), L, o.data(), pool);
+        for (std::size_t i = 0; i < L * h; ++i) yb[i] += o[i];
+      }
+    }
+
+    if (awq) {
+      const std::size_t m_loss = n_loss * L;
+      // The four searches, all against the original weights (AutoAWQ searches every group
+      // before applying any scale).
+      std::vector<float> s[4];
+      bool searched[4] = {false, false, false, false};
+      {
+        const WeightRef ws[3] = {{W.w[0], W.n[0]}, {W.w[1], W.n[1]}, {W.w[2], W.n[2]}};
+        detail::AttentionLoss loss(core, cap[0].loss, m_loss);
+        auto r = search_scales(ws, h, cap[0].mean(M), opt.spec, loss, opt.scale_search);
+        if (!r) return r.error();
+        s[0] = std::move(r->scales);
+        out.alpha[0] = r->alpha;
+        searched[0] = true;
+      }
+      if (W.n[2] == W.n[3] && W.k[2] == W.k[3]) {  // o after v only without GQA
+        const WeightRef ws[1] = {{W.w[3], W.n[3]}};
+        LinearOutputLoss loss(cap[1].loss, m_loss, W.w[3], W.n[3], W.k[3], pool);
+        auto r = search_scales(ws, W.k[3], cap[1].mean(M), opt.spec, loss, opt.scale_search);
+        if (!r) return r.error();
+        s[1] = std::move(r->scales);
+        out.alpha[1] = r->alpha;
+        searched[1] = true;
+      }
+      {
+        const WeightRef ws[2] = {{W.w[4], W.n[4]}, {W.w[5], W.n[5]}};
+        detail::MlpLoss loss(W, cap[2].loss, m_loss, pool);
+        auto r = search_scales(ws, h, cap[2].mean(M), opt.spec, loss, opt.scale_search);
+        if (!r) return r.error();
+        s[2] = std::move(r->scales);
+        out.alpha[2] = r->alpha;
+        searched[2] = true;
+      }
+      {
+        const WeightRef ws[1] = {{W.w[6], W.n[6]}};
+        LinearOutputLoss loss(cap[3].loss, m_loss, W.w[6], W.n[6], W.k[6], pool);
+        auto r = search_scales(ws, W.k[6], cap[3].mean(M), opt.spec, loss, opt.scale_search);
+        if (!r) return r.error();
+        s[3] = std::move(r->scales);
+        out.alpha[3] = r->alpha;
+        searched[3] = true;
+      }
+      // Fold: 1/s into the producer of each group's input, s into the consumers' columns.
+      divide_by_scales(W.input_norm, s[0]);
+      for (int i = 0; i < 3; ++i) scale_input_columns(W.w[i], W.n[i], W.k[i], s[0]);
+      if (searched[1]) {
+        divide_output_rows(W.w[2], W.n[2], W.k[2], W.b[2], s[1]);
+        scale_input_columns(W.w[3], W.n[3], W.k[3], s[1]);
+      }
+      divide_by_scales(W.post_norm, s[2]);
+      for (int i = 4; i < 6; ++i) scale_input_columns(W.w[i], W.n[i], W.k[i], s[2]);
+      divide_output_rows(W.w[5], W.n[5], W.k[5], W.b[5], s[3]);
+      scale_input_columns(W.w[6], W.n[6], W.k[6], s[3]);
+      // Clip search on v, o, gate, up, down (never q, k) with the scaled inputs.
+      if (opt.clip) {
+        const std::vector<float> ones_o(W.k[3], 1.0f);
+        const int lin[5] = {2, 3, 4, 5, 6};
+        const int src[5] = {0, 1, 2, 2, 3};
+        std::vector<float> xs[4];
+        for (int i = 0; i < 4; ++i)
+          xs[i] = cap[i].clip_scaled(i == 1 && !searched[1] ? std::span<const float>(ones_o)
+                                                            : std::span<const float>(s[i]));
+        for (int j = 0; j < 5; ++j) {
+          const int i = lin[j];
+          const std::size_t tk = xs[src[j]].size() / W.k[i];
+          auto mv =
+              search_clip(W.w[i], W.n[i], W.k[i], xs[src[j]], tk, opt.spec, opt.clip_search, pool);
+          if (!mv) return mv.error();
+          apply_clip(W.w[i], W.n[i], W.k[i], opt.spec.group, *mv);
+        }
+      }
+    }
+
+    // Quantise.
+    out.input_norm = std::move(W.input_norm);
+    out.post_norm = std::move(W.post_norm);
+    out.q_norm = std::move(W.q_norm);
+    out.k_norm = std::move(W.k_norm);
+    for (int i = 0; i < 7; ++i) {
+      QuantLinear ql;
+      ql.name = detail::kLinearNames[i];
+      ql.n = W.n[i];
+      ql.k = W.k[i];
+      ql.bias = std::move(W.b[i]);
+      const std::string what = "model.layers." + std::to_string(li) + "." + ql.name;
+      if (opt.spec.bits == 4) {
+        auto q = kernels::quantize_rtn(W.w[i], W.n[i], W.k[i], opt.spec.group);
+        if (!q) {
+          error e = q.error();
+          e.message = what + ": " + e.message;
+          return e;
+        }
+        ql.weight = kernels::dequantize(*q);
+        ql.q4 = std::move(*q);
+      } else {
+        if (auto st = fake_quantize(W.w[i], W.n[i], W.k[i], opt.spec); !st) {
+          error e = st.error();
+          e.message = what + ": " + e.message;
+          return e;
+        }
+        ql.weight = std::move(W.w[i]);
+      }
+      W.w[i] = {};
+      out.linears.push_back(std::move(ql));
+    }
+    out.seconds = elapsed() - t_layer;
+    res.alphas.push_back({out.alpha[0], out.alpha[1], out.alpha[2], out.alpha[3]});
+    if (sink) {
+      if (auto st = sink(std::move(out)); !st) return st.error();
+    } else {
+      res.layers.push_back(std::move(out));
+    }
+    std::swap(x, y);
+    if (progress) progress(LayerProgress{li + 1, c.num_hidden_layers, elapsed()});
+  }
+  res.seconds = elapsed();
+  return res;
+}
+
+}  // namespace edgellm::quant

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: Apache-2.0
+// Writes what quant/awq_model.hpp produces as a checkpoint directory: AutoAWQ's `gemm` layout
+// (qweight / qzeros / scales per linear, kernels/awq.hpp export_awq_gemm) with config.json's
+// quantization_config, or with fake_quant every linear dequantised to fp16. Norms are written
+// as folded (fp16), embeddings / lm_head and other non-layer tensors copied as stored, and the
+// tokenizer and generation files copied. The directory is built under a temporary name beside
+// the target and renamed at the end, and model.safetensors is streamed layer by layer
+// (io/safetensors_write.hpp), so a failed run never leaves an output that looks complete.
+#pragma once
+
+#include "edgellm/io/atomic_file.hpp"
+#include "edgellm/io/checkpoint.hpp"
+#include "edgellm/io/json.hpp"
+#include "edgellm/io/json_write.hpp"
+#include "edgellm/io/mapped_file.hpp"
+#include "edgellm/io/safetensors_write.hpp"
+#include "edgellm/kernels/awq.hpp"
+#include "edgellm/kernels/float16.hpp"
+#include "edgellm/model/config_json.hpp"
+#include "edgellm/quant/awq_model.hpp"
+#include "edgellm/result.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#if EDGELLM_IO_POSIX
+#include <unistd.h>
+#endif
+
+namespace edgellm::quant {
+
+/// Options of write_quantized_model.
+struct OutputOptions {
+  /// Write every linear dequantised to fp16 (any bit width); else AutoAWQ gemm (4 bits only).
+  bool fake_quant = false;
+  /// Replace an existing output directory (else it is refused).
+  bool force = false;
+};
+
+namespace detail {
+
+inline std::vector<std::byte> f16_bytes(std::span<const float> v) {
+  std::vector<std::byte> out(v.size() * 2);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::uint16_t h = kernels::f32_to_f16(v[i]);
+    out[2 * i] = static_cast<std::byte>(h & 0xFF);
+    out[2 * i + 1] = static_cast<std::byte>(h >> 8);
+  }
+  return out;
+}
+template <class T>
+std::span<const std::byte> raw_bytes(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+
+/// The output tensors of one layer in write order (must match write_layer).
+inline void declare_layer(std::vector<io::TensorDecl>& out, const model::ModelConfig& c,
+                          std::size_t li, const QuantSpec& spec, bool fake) {
+  const std::string pre = "model.layers." + std::to_string(li) + ".";
+  using io::dtype;
+  out.push_back({pre + "input_layernorm.weight", dtype::f16, {c.hidden_size}});
+  out.push_back({pre + "post_attention_layernorm.weight", dtype::f16, {c.hidden_size}});
+  if (c.attention_qk_norm) {
+    out.push_back({pre + "self_attn.q_norm.weight", dtype::f16, {c.head_dim}});
+    out.push_back({pre + "self_attn.k_norm.weight", dtype::f16, {c.head_dim}});
+  }
+  const std::size_t h = c.hidden_size, I = c.intermediate_size;
+  const std::size_t ns[7] = {c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h};
+  const std::size_t ks[7] = {h, h, h, c.q_dim(), h, h, I};
+  const bool bias[7] = {c.attention_qkv_bias,
+                        c.attention_qkv_bias,
+                        c.attention_qkv_bias,
+                        c.attention_out_bias,
+                        c.mlp_bias,
+                        c.mlp_bias,
+                        c.mlp_bias};
+  for (int i = 0; i < 7; ++i) {
+    const std::string p = pre + kLinearNames[i];
+    if (fake) {
+      out.push_back({p + ".weight", dtype::f16, {ns[i], ks[i]}});
+    } else {
+      out.push_back({p + ".qweight", dtype::i32, {ks[i], ns[i] / 8}});
+      out.push_back({p + ".qzeros", dtype::i32, {ks[i] / spec.group, ns[i] / 8}});
+      out.push_back({p + ".scales", dtype::f16, {ks[i] / spec.group, ns[i]}});
+    }
+    if (bias[i]) out.push_back({p + ".bias", dtype::f16, {ns[i]}});
+  }
+}
+
+inline status write_layer(io::SafetensorsWriter& w, const QuantLayer& layer, bool fake) {
+  const std::string pre = "model.layers." + std::to_string(layer.index) + ".";
+  if (auto st = w.write(pre + "input_layernorm.weight", f16_bytes(layer.input_norm)); !st)
+    return st;
+  if (auto st = w.write(pre + "post_attention_layernorm.weight", f16_bytes(layer.post_norm)); !st)
+    return st;
+  if (!layer.q_norm.empty()) {
+    if (auto st = w.write(pre + "self_attn.q_norm.weight", f16_bytes(layer.q_norm)); !st) return st;
+    if (auto st = w.write(pre + "self_attn.k_norm.weight", f16_bytes(layer.k_norm)); !st) return st;
+  }
+  for (const QuantLinear& ql : layer.linears) {
+    const std::string p = pre + ql.name;
+    if (fake) {
+      if (auto st = w.write(p + ".weight", f16_bytes(ql.weight)); !st) return st;
+    } else {
+      auto a = kernels::export_awq_gemm(*ql.q4);
+      if (!a) {
+        error e = a.error();
+        e.message = p + ": " + e.message;
+        return e;
+      }
+      if (auto st = w.write(p + ".qweight", raw_bytes(a->qweight)); !st) return st;
+      if (auto st = w.write(p + ".qzeros", raw_bytes(a->qzeros)); !st) return st;
+      if (auto st = w.write(p + ".scales", raw_bytes(a->scales)); !st) return st;
+    }
+    if (!ql.bias.empty())
+      if (auto st = w.write(p + ".bias", f16_bytes(ql.bias)); !st) return st;
+  }
+  return {};
+}
+
+/// Whether a layer tensor is one the pipeline rewrites (others are copied as stored).
+inline bool rewritten(std::string_view name, const model::ModelConfig& c) {
+  constexpr std::string_view pre = "model.layers.";
+  if (name.substr(0, pre.size()) != pre) return false;
+  const std::size_t dot = name.find('.', pre.size());
+  if (dot == std::string_view::npos) return false;
+  const std::string_view rest = name.substr(dot + 1);
+  if (rest == "input_layernorm.weight" || rest == "post_attention_layernorm.weight") return true;
+  if (c.attention_qk_norm &&
+      (rest == "self_attn.q_norm.weight" || rest == "self_attn.k_norm.weight"))
+    return true;
+  for (const char* l : kLinearNames) {
+    const std::string_view lv(l);
+    if (rest.substr(0, lv.size()) == lv &&
+        (rest.substr(lv.size()) == ".weight" || rest.substr(lv.size()) == ".bias"))
+      return true;
+  }
+  return false;
+}
+
+/// config.json with quantization_config set (gemm) and torch_dtype float16.
+inline result<std::string> awq_config_json(const std::string& path, const QuantSpec& spec) {
+  auto text = io::read_text_file(path, io::kMaxConfigJsonBytes);
+  if (!text) return text.error();
+  auto root = io::json::parse(*text, path);
+  if (!root) return root.error();
+  if (!root->is_object())
+    return make_error(errc::format_error, "write_quantized_model", path + ": not a JSON object");
+  io::json::Object o;
+  for (const io::json::Member& m : root->as_object()) {
+    if (m.key == "quantization_config") continue;
+    if (m.key == "torch_dtype") {
+      o.append(m.key, io::json::Value("float16"));
+      continue;
+    }
+    o.append(m.key, m.value);
+  }
+  io::json::Object q;
+  q.append("quant_method", io::json::Value("awq"));
+  q.append("bits", io::json::Value(std::int64_t{static_cast<std::int64_t>(spec.bits)}));
+  q.append("group_size", io::json::Value(std::int64_t{static_cast<std::int64_t>(spec.group)}));
+  q.append("zero_point", io::json::Value(true));
+  q.append("version", io::json::Value("gemm"));
+  q.append("modules_to_not_convert", io::json::Value(nullptr));
+  o.append("quantization_config", io::json::Value(std::move(q)));
+  return io::json::dump(io::json::Value(std::move(o)));
+}
+
+/// Removes the temporary directory unless released.
+struct TempDirGuard {
+  std::filesystem::path path;
+  ~TempDirGuard() {
+    if (!path.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  }
+};
+
+}  // namespace detail
+
+/// Quantises `model_dir` (quantize_model) and writes the result to `out_dir` (see the file
+/// comment). Errors: an existing out_dir without force, bits other than 4 without fake_quant,
+/// widths that are not multiples of 8 (gemm), quantize_model's, and I/O errors naming the
+/// file; on any error the output directory is left as it was (absent, or the old one).
+inline result<QuantizeResult> write_quantized_model(const std::string& model_dir,
+                                                    const std::string& out_dir,
+                                                    std::span<const std::int32_t> calib_tokens,
+                                                    const QuantizeOptions& opt,
+                                                    const OutputOptions& out_opt = {},
+                                                    const ProgressFn& progress = {}) {
+  namespace fs = std::filesystem;
+  constexpr std::string_view where = "write_quantized_model";
+  std::error_code ec;
+  const fs::path out(out_dir);
+  if (fs::exists(fs::symlink_status(out, ec)) && !out_opt.force)
+    return make_error(
+        errc::io_error, where,
+        "'" + out_dir + "' exists; not overwritten (pass --force / force to replace it)");
+  if (fs::equivalent(fs::path(model_dir), out, ec))
+    return make_error(errc::invalid_argument, where,
+                      "'" + out_dir + "' is the input model directory");
+  auto cfg = model::load_model_config(model_dir);
+  if (!cfg) return cfg.error();
+  const model::ModelConfig& c = *cfg;
+  if (c.awq)  // before any tensor is declared: its packed names would clash with ours
+    return make_error(errc::unsupported, where,
+                      model_dir +
+                          ": already quantised (config.json has an AWQ "
+                          "quantization_config); quantize the fp16/bf16/fp32 original");
+  const bool fake = out_opt.fake_quant;
+  if (!fake) {
+    if (opt.spec.bits != 4)
+      return make_error(
+          errc::unsupported, where,
+          "bits " + std::to_string(opt.spec.bits) +
+              ": the AutoAWQ gemm layout is 4-bit only (use fake_quant / --fake-quant)");
+    for (const std::size_t n : {c.q_dim(), c.kv_dim(), c.hidden_size, c.intermediate_size})
+      if (n % 8 != 0)
+        return make_error(errc::unsupported, where,
+                          model_dir + ": a linear with " + std::to_string(n) +
+                              " outputs (AutoAWQ gemm needs a multiple of 8)");
+  }
+  auto ckpt = io::Checkpoint::open(model_dir);
+  if (!ckpt) return ckpt.error();
+
+  // The temporary directory beside the target.
+  fs::path tmp = out;
+  tmp += ".tmp." + std::to_string(
+#if EDGELLM_IO_POSIX
+                       static_cast<long>(::getpid())
+#else
+                       0L
+#endif
+                   );
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec) || ec)
+    return make_error(errc::io_error, where,
+                      "cannot create '" + tmp.string() + "': " + ec.message());
+  detail::TempDirGuard guard{tmp};
+
+  std::vector<io::TensorDecl> decls;
+  for (std::size_t li = 0; li < c.num_hidden_layers; ++li)
+    detail::declare_layer(decls, c, li, opt.spec, fake);
+  std::vector<std::string> copied;
+  for (const std::string& name : ckpt->names()) {
+    if (detail::rewritten(name, c)) continue;
+    const io::TensorInfo* info = ckpt->info(name);
+    decls.push_back({name, info->type, info->shape});
+    copied.push_back(name);
+  }
+  auto writer = io::SafetensorsWriter::create((tmp / "model.safetensors").string(), decls);
+  if (!writer) return writer.error();
+  const LayerSink sink = [&](QuantLayer&& layer) {
+    return detail::write_layer(*writer, layer, fake);
+  };
+  auto res = quantize_model(model_dir, calib_tokens, opt, progress, sink);
+  if (!res) return res.error();
+  for (const std::string& name : copied) {
+    auto t = ckpt->find(name);
+    if (!t) return t.error();
+    if (auto st = writer->write(name, t->bytes); !st) return st.error();
+  }
+  if (auto st = writer->commit(); !st) return st.error();
+
+  // config.json, then every other file but the weights (tokenizer, generation config, ...).
+  const fs::path src(model_dir);
+  if (fake) {
+    auto bytes = io::read_file_bytes((src / "config.json").string());
+    if (!bytes) return bytes.error();
+    if (auto st = io::write_file_atomic((tmp / "config.json").string(), *bytes, where); !st)
+      return st.error();
+  } else {
+    auto text = detail::awq_config_json((src / "config.json").string(), opt.spec);
+    if (!text) return text.error();
+    if (auto st = io::write_file_atomic((tmp / "config.json").string(),
+                                        std::as_bytes(std::span(*text)), where);
+        !st)
+      return st.error();
+  }
+  for (fs::directory_iterator it(src, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string fname = it->path().filename().string();
+    if (!it->is_regular_file(ec) || fname == "config.json" || fname == "quant_config.json" ||
+        fname == "model.safetensors.index.json" || it->path().extension() == ".safetensors")
+      continue;
+    auto bytes = io::read_file_bytes(it->path().string());
+    if (!bytes) return bytes.error();
+    if (auto st = io::write_file_atomic((tmp / fname).string(), *bytes, where); !st)
+      return st.error();
+  }
+  if (ec)
+    return make_error(errc::io_error, where, "cannot list '" + model_dir + "': " + ec.message());
+
+  // Into place: the old output (with force) goes only once the new one is complete.
+  if (fs::exists(fs::symlink_status(out, ec))) {
+    fs::remove_all(out, ec);
+    if (ec)
+      return make_error(errc::io_error, where,
+                        "cannot remove the old '" + out_dir + "': " + ec.message());
+  }
+  fs::rename(tmp, out, ec);
+  if (ec)
+    return make_error(errc::io_error, where,
+                      "cannot rename '" + tmp.string() + "' to '" + out_dir + "': " + ec.message());
+  guard.path.clear();
+  return res;
+}
+
+}  // namespace edgellm::quant

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# edgellm-quantize on the bundled target with a short slice of a training book (Genesis 1-11,
+# never the held-out books): AWQ to the gemm layout and RTN with --fake-quant, both load and
+# score in edgellm-perplexity; and each bad input (exit 2 on usage errors, 1 on the others, the
+# message naming the flag or file), never leaving an output directory behind.
+#   quantize_cli_test.sh QUANTIZE_BIN PERPLEXITY_BIN SOURCE_DIR
+set -uo pipefail
+bin=$1
+ppl=$2
+src=$3
+fp16="$src/models/kjv-target-fp16"
+calib="$src/tests/data/calib/genesis-1-11.txt"
+text="$src/models/kjv-heldout.txt"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+small=(--samples 1 --seqlen 128 --quiet)
+expect "awq gemm" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" --out "$tmp/awq" "${small[@]}"
+grep -q '"quant_method":"awq"' "$tmp/awq/config.json" && ok "quantization_config" ||
+  fail "quantization_config" "$(cat "$tmp/awq/config.json")"
+[ -f "$tmp/awq/tokenizer.json" ] && ok "tokenizer copied" || fail "tokenizer copied"
+expect "awq output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/awq" --text "$text" \
+  --max-tokens 128 --ctx 64 --quiet --format json
+expect "rtn --fake-quant --bits 3" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/rtn3" --method rtn --bits 3 --fake-quant "${small[@]}"
+expect "fake-quant output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/rtn3" --text "$text" \
+  --max-tokens 128 --ctx 64 --quiet --format json --fp32-reference
+
+expect "missing --calib" 2 'calib FILE is required' -- "$bin" -m "$fp16" --out "$tmp/x"
+expect "bad --method" 2 "--method: 'gptq'" -- "$bin" -m "$fp16" --calib "$calib" --out "$tmp/x" \
+  --method gptq
+expect "--bits 3 without --fake-quant" 2 'fake-quant' -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/x" --bits 3
+expect "existing --out" 1 "exists.*--force" -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/awq" "${small[@]}"
+expect "short --calib" 1 "genesis-1-11.txt.*tokens, fewer than one calibration block" -- \
+  "$bin" -m "$fp16" --calib "$calib" --out "$tmp/x" --seqlen 100000 --quiet
+expect "group not dividing" 1 "group: 100 does not divide" -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/x" --group 100 --quiet
+expect "already quantised" 1 "already quantised" -- "$bin" -m "$src/models/kjv-target-awq" \
+  --calib "$calib" --out "$tmp/x" --quiet
+expect "missing --calib file" 1 "no-such.txt" -- "$bin" -m "$fp16" --calib "$tmp/no-such.txt" \
+  --out "$tmp/x"
+[ ! -e "$tmp/x" ] && ok "no output left by failures" || fail "no output left by failures" "$(ls -la "$tmp")"
+[ -z "$(ls "$tmp" | grep tmp)" ] && ok "no temporary directory left" || fail "temporary left" "$(ls "$tmp")"
+finish
