@@ -154,20 +154,30 @@ inline constexpr const char* kLinearNames[7] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
+/// The shapes of a layer's seven linears (in kLinearNames' order) and which have a bias: what
+/// the loader reads and the writer declares.
+struct LinearShapes {
+  std::size_t n[7] = {}, k[7] = {};  // W [n][k]
+  bool bias[7] = {};
+};
+inline LinearShapes linear_shapes(const model::ModelConfig& c) {
+  const std::size_t h = c.hidden_size, I = c.intermediate_size;
+  LinearShapes s{{c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h},
+                 {h, h, h, c.q_dim(), h, h, I},
+                 {c.attention_qkv_bias, c.attention_qkv_bias, c.attention_qkv_bias,
+                  c.attention_out_bias, c.mlp_bias, c.mlp_bias, c.mlp_bias}};
+  return s;
+}
+
 inline result<LayerF32> load_layer(const io::Checkpoint& ckpt, const model::ModelConfig& c,
                                    std::size_t layer) {
   LayerF32 L;
   const std::string pre = "model.layers." + std::to_string(layer) + ".";
-  const std::size_t h = c.hidden_size, I = c.intermediate_size;
-  const std::size_t ns[7] = {c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h};
-  const std::size_t ks[7] = {h, h, h, c.q_dim(), h, h, I};
-  const bool has_bias[7] = {c.attention_qkv_bias,
-                            c.attention_qkv_bias,
-                            c.attention_qkv_bias,
-                            c.attention_out_bias,
-                            c.mlp_bias,
-                            c.mlp_bias,
-                            c.mlp_bias};
+  const std::size_t h = c.hidden_size;
+  const LinearShapes shapes = linear_shapes(c);
+  const std::size_t* ns = shapes.n;
+  const std::size_t* ks = shapes.k;
+  const bool* has_bias = shapes.bias;
   for (int i = 0; i < 7; ++i) {
     L.n[i] = ns[i];
     L.k[i] = ks[i];

@@ -70,16 +70,10 @@ inline void declare_layer(std::vector<io::TensorDecl>& out, const model::ModelCo
     out.push_back({pre + "self_attn.q_norm.weight", dtype::f16, {c.head_dim}});
     out.push_back({pre + "self_attn.k_norm.weight", dtype::f16, {c.head_dim}});
   }
-  const std::size_t h = c.hidden_size, I = c.intermediate_size;
-  const std::size_t ns[7] = {c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h};
-  const std::size_t ks[7] = {h, h, h, c.q_dim(), h, h, I};
-  const bool bias[7] = {c.attention_qkv_bias,
-                        c.attention_qkv_bias,
-                        c.attention_qkv_bias,
-                        c.attention_out_bias,
-                        c.mlp_bias,
-                        c.mlp_bias,
-                        c.mlp_bias};
+  const LinearShapes shapes = linear_shapes(c);
+  const std::size_t* ns = shapes.n;
+  const std::size_t* ks = shapes.k;
+  const bool* bias = shapes.bias;
   for (int i = 0; i < 7; ++i) {
     const std::string p = pre + kLinearNames[i];
     if (fake) {
