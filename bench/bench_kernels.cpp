@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-bench-kernels: int4 GEMV (decode) and GEMM (prefill) speed, exact and fast paths,
-// against the memory read bandwidth this binary measures in the same run.
+// against the memory read bandwidth this binary measures in the same run; with --weights int8
+// or all, the same GEMV rows for the int8 format (Q8Matrix::byte_size: codes and fp32 scales,
+// 8.25 bits per weight at group 128).
 //
 // Bytes moved (gbps column) = packed weight bytes read per call (Q4Matrix::byte_size: codes,
 // fp16 scales and zero points; 4.25 bits per weight at group 128); activations and outputs are
@@ -15,8 +17,10 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "edgellm/kernels/gemm_q8.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
@@ -49,6 +53,21 @@ void fill_random(Q4Matrix& m, std::uint64_t seed) {
   }
 }
 
+// Fills an int8 matrix with random codes in [-127, 127] and scales 0.01.
+void fill_random(Q8Matrix& m, std::uint64_t seed) {
+  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (std::size_t r = 0; r < m.n(); ++r) {
+    std::int8_t* q = m.mutable_codes(r);
+    for (std::size_t c = 0; c < m.k(); ++c) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      q[c] = static_cast<std::int8_t>(static_cast<int>(s % 255) - 127);
+    }
+    std::fill_n(m.mutable_scales(r), m.n_groups(), 0.01f);
+  }
+}
+
 struct Shape {
   std::size_t n, k;
 };
@@ -56,7 +75,7 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string op = "all", path_arg = "all", isa_arg = "best";
+  std::string op = "all", path_arg = "all", isa_arg = "best", weights_arg = "int4";
   std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1};
   std::size_t group = 128;
   bool lock = true;
@@ -68,6 +87,10 @@ int main(int argc, char** argv) {
       {
           flag::string({"--op"}, "gemv|gemm|all", "which kernels", op),
           flag::string({"--path"}, "exact|fast|all", "which paths", path_arg),
+          flag::string({"--weights"}, "int4|int8|all",
+                       "GEMV weight format: int4 (ops gemv, gemm_sweep) or int8\n"
+                       "(kernels/q8_matrix.hpp; ops gemv_q8, gemm_q8_sweep)",
+                       weights_arg),
           flag::string({"--isa"}, "best|generic|avx2|avx_vnni|avx512_vnni|neon|neon_dotprod|neon_i8mm|all",
                        "fast-path microkernels", isa_arg),
           flag::list<std::size_t>({"--gemv"}, "N,K",
@@ -83,6 +106,10 @@ int main(int argc, char** argv) {
           flag::boolean({"--no-lock"}, "do not mlock the weights", lock, false),
       },
       "int4 GEMV (decode) and GEMM (prefill) speed against the measured read bandwidth.");
+  if (weights_arg != "int4" && weights_arg != "int8" && weights_arg != "all") {
+    bench::note("{}: --weights {}: expected int4, int8 or all", argv[0], weights_arg);
+    return 2;
+  }
   if ((!gemv_shape.empty() && gemv_shape.size() != 2) || gemm_shape.size() != 3 ||
       !is_supported_group_size(group) || sweep_rows.empty() ||
       std::find(sweep_rows.begin(), sweep_rows.end(), 0) != sweep_rows.end()) {
@@ -119,7 +146,12 @@ int main(int argc, char** argv) {
   out.add_metadata("best_isa", isa_name(best_isa()));
 
   // ---- GEMV: the decode working set -------------------------------------------------------
-  if (op == "gemv" || op == "all") {
+  // Run once per weight format: int4 (ops gemv / gemm_sweep) and int8 (gemv_q8 / gemm_q8_sweep).
+  const auto run_gemv = [&](auto format_tag) -> int {
+    using Matrix = typename decltype(format_tag)::type;
+    constexpr bool kInt8 = std::is_same_v<Matrix, Q8Matrix>;
+    const char* op_gemv = kInt8 ? "gemv_q8" : "gemv";
+    const char* op_sweep = kInt8 ? "gemm_q8_sweep" : "gemm_sweep";
     std::vector<Shape> shapes;
     std::string case_name;
     std::size_t layers = 1;
@@ -138,12 +170,12 @@ int main(int argc, char** argv) {
       layers = 28;
       case_name = "qwen2-7b-28x7";
     }
-    std::vector<Q4Matrix> mats;
+    std::vector<Matrix> mats;
     std::size_t bytes = 0, flops = 0, rows = 0, kmax = 0, nmax = 0;
-    bench::note("[gemv] allocating {} matrices...", layers * shapes.size());
+    bench::note("[{}] allocating {} matrices...", op_gemv, layers * shapes.size());
     for (std::size_t l = 0; l < layers; ++l) {
       for (const Shape& s : shapes) {
-        auto m = Q4Matrix::allocate(s.n, s.k, group);
+        auto m = Matrix::allocate(s.n, s.k, group);
         if (!m) {
           bench::note("{}", m.error().message);
           return 1;
@@ -161,7 +193,8 @@ int main(int argc, char** argv) {
     if (lock)
       for (auto& m : mats) locked = bench::lock_memory(m.data(), m.byte_size(), "weights") && locked;
     const std::string weights = locked ? "mlocked" : "resident";
-    bench::note("[gemv] {:.2f} GB of packed weights ({})", static_cast<double>(bytes) / 1e9, weights);
+    bench::note("[{}] {:.2f} GB of packed weights ({})", op_gemv, static_cast<double>(bytes) / 1e9,
+                weights);
     const std::size_t max_rows = *std::max_element(sweep_rows.begin(), sweep_rows.end());
     std::vector<float> x(max_rows * kmax), y(max_rows * nmax);
     std::mt19937 rng(1);
@@ -214,11 +247,11 @@ int main(int argc, char** argv) {
             const bench::timing& t = times[j];
             const double gbps = static_cast<double>(bytes) / (t.median_us * 1e3);
             const double cost = unit_us > 0 ? t.median_us / unit_us : std::nan("");  // NaN: null
-            bench::note("[gemv] {} {} t={} m={} : {:.1f} GB/s, membw {:.1f}/{:.1f} GB/s -> {:.0f}%{}",
-                        path == MatmulPath::fast ? "fast" : "exact", isa_str, threads, m, gbps,
+            bench::note("[{}] {} {} t={} m={} : {:.1f} GB/s, membw {:.1f}/{:.1f} GB/s -> {:.0f}%{}",
+                        op_gemv, path == MatmulPath::fast ? "fast" : "exact", isa_str, threads, m, gbps,
                         bw_before, bw_after, 100 * gbps / membw,
                         m > 1 && unit_us > 0 ? fmt::format(", {:.2f}x the m=1 time", cost) : "");
-            out.row({m == 1 ? "gemv" : "gemm_sweep", case_name,
+            out.row({m == 1 ? op_gemv : op_sweep, case_name,
                      path == MatmulPath::fast ? "fast" : "exact", isa_str,
                      static_cast<long long>(m), static_cast<long long>(rows),
                      shapes.size() == 1 ? bench::value(kmax) : bench::value(),  // k varies
@@ -232,6 +265,13 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& m : mats) bench::unlock_memory(m.data(), m.byte_size());
+    return 0;
+  };
+  if (op == "gemv" || op == "all") {
+    if (weights_arg == "int4" || weights_arg == "all")
+      if (const int rc = run_gemv(std::type_identity<Q4Matrix>{}); rc != 0) return rc;
+    if (weights_arg == "int8" || weights_arg == "all")
+      if (const int rc = run_gemv(std::type_identity<Q8Matrix>{}); rc != 0) return rc;
   }
 
   // ---- GEMM: prefill ------------------------------------------------------------------------

@@ -41,7 +41,14 @@ constexpr const char* kUsage =
     "  --calib FILE         the calibration text (required; -f/--file is the same flag)\n"
     "  --out OUT            the output directory (required; refused if it exists, see --force)\n"
     "  --method awq|rtn     awq (default), or round-to-nearest with no search (the baseline)\n"
-    "  --bits N             2..8 (default 4; other than 4 needs --fake-quant)\n"
+    "  --bits N             2..8 (default 4; other than 4 needs --fake-quant). 8 bits is\n"
+    "                       edgellm's symmetric int8 format (one fp32 scale per group)\n"
+    "  --modules-bits P=B,...  bits per linear: B (2..8, or 16 = kept in fp16) for the linears\n"
+    "                       whose name (self_attn.q_proj .. mlp.down_proj) contains P; the first\n"
+    "                       match wins, e.g. self_attn=8,mlp=4 (attention int8, MLP int4).\n"
+    "                       Without --fake-quant B is 4, 8 or 16: 16 goes to\n"
+    "                       modules_to_not_convert, 8 to edgellm's int8 extension of the layout\n"
+    "                       (edgellm_int8_modules; AutoAWQ does not read it)\n"
     "  --group N            group size (default 128; must divide every linear's input width)\n"
     "  --samples N          calibration blocks (default 32)\n"
     "  --seqlen N           tokens per block (default 512)\n"
@@ -109,6 +116,25 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       if (!number(n)) return false;
       if (n < 2 || n > 8) return fail(flag + ": " + v + " is not in [2, 8]");
       a.q.spec.bits = static_cast<unsigned>(n);
+    } else if (arg == "--modules-bits") {
+      if (!value(v)) return fail(flag + ": missing PATTERN=BITS,...");
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        const std::size_t comma = rest.find(',');
+        const std::string_view item = rest.substr(0, comma);
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        const std::size_t eq = item.find('=');
+        unsigned bits = 0;
+        const std::string_view b = eq == std::string_view::npos ? "" : item.substr(eq + 1);
+        const auto [p, ec] = std::from_chars(b.data(), b.data() + b.size(), bits);
+        if (eq == std::string_view::npos || eq == 0 || b.empty() || ec != std::errc() ||
+            p != b.data() + b.size())
+          return fail(flag + ": '" + std::string(item) + "' is not PATTERN=BITS");
+        if ((bits < 2 || bits > 8) && bits != 16)
+          return fail(flag + ": '" + std::string(item) + "': bits must be 2..8 or 16");
+        a.q.modules_bits.push_back({std::string(item.substr(0, eq)), bits});
+      }
+      if (a.q.modules_bits.empty()) return fail(flag + ": empty list");
     } else if (arg == "--group") {
       if (!number(n)) return false;
       if (n == 0) return fail(flag + ": must be at least 1");
@@ -143,6 +169,10 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   if (a.q.spec.bits != 4 && !a.o.fake_quant)
     return fail("--bits " + std::to_string(a.q.spec.bits) +
                 ": the AutoAWQ gemm layout is 4-bit only; add --fake-quant");
+  for (const edgellm::quant::ModuleBits& mb : a.q.modules_bits)
+    if (mb.bits != 4 && mb.bits != 8 && mb.bits != 16 && !a.o.fake_quant)
+      return fail("--modules-bits " + mb.pattern + "=" + std::to_string(mb.bits) +
+                  ": only 4, 8 and 16 bits have a packed layout; add --fake-quant");
   return true;
 }
 
@@ -181,6 +211,23 @@ int run(Args& a) {
   if (!a.quiet) {
     std::fprintf(stderr, "%s: %zu layers, %zu x %zu calibration tokens, %.1f s -> %s\n", kProg,
                  r->alphas.size(), r->samples, r->seqlen, r->seconds, a.out.c_str());
+    if (a.q.method == edgellm::quant::QuantMethod::awq) {
+      // The alpha each scaling group chose: "rtn" where s = 1 won, "-" where not searched.
+      std::string line;
+      for (const auto& al : r->alphas) {
+        line += line.empty() ? "" : " |";
+        for (const double v : al) {
+          char buf[16];
+          std::snprintf(buf, sizeof buf, " %s", std::isnan(v) ? "-" : v < 0 ? "rtn" : "");
+          line += buf;
+          if (!std::isnan(v) && v >= 0) {
+            std::snprintf(buf, sizeof buf, "%.2f", v);
+            line += buf;
+          }
+        }
+      }
+      std::fprintf(stderr, "%s: alpha per layer (qkv o gate/up down):%s\n", kProg, line.c_str());
+    }
   }
   return 0;
 }

@@ -333,7 +333,20 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
     for (const Spec& s : specs) {
       const std::string name = pre + std::string(s.module);
       const bool awq_module = c.awq && c.awq->is_quantized(s.module);
-      if (awq_module) {
+      if (c.awq && c.awq->is_int8(s.module)) {
+        // edgellm's int8 extension: copied into a Q8Matrix (or dequantised in reference mode)
+        std::uint64_t source = 0;
+        for (const char* part : {".qweight", ".scales"}) {
+          auto t = tensor(name + part);
+          if (!t) return t.error();
+          source += t->bytes.size();
+        }
+        const std::uint64_t dense = std::uint64_t{s.n} * s.k * sizeof(float);
+        const std::uint64_t q = ref ? 2 * dense : kernels::q8_matrix_bytes(s.n, s.k, c.awq->group_size);
+        walk.step(source + q, name);
+        owned(ref ? dense : q);
+        if (!load.release_source_pages) mapped(source);
+      } else if (awq_module) {
         std::uint64_t source = 0;
         for (const char* part : {".qweight", ".qzeros", ".scales"}) {
           auto t = tensor(name + part);

@@ -28,11 +28,25 @@ expect "rtn --fake-quant --bits 3" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" 
 expect "fake-quant output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/rtn3" --text "$text" \
   --max-tokens 128 --ctx 64 --quiet --format json --fp32-reference
 
+expect "attention int8, down_proj fp16" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/mix" --method rtn --modules-bits self_attn=8,down_proj=16 "${small[@]}"
+grep -q '"edgellm_int8_modules":\["self_attn.q_proj","self_attn.k_proj","self_attn.v_proj","self_attn.o_proj"\]' \
+  "$tmp/mix/config.json" && grep -q '"modules_to_not_convert":\["mlp.down_proj"\]' "$tmp/mix/config.json" &&
+  ok "mixed quantization_config" || fail "mixed quantization_config" "$(cat "$tmp/mix/config.json")"
+expect "mixed output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/mix" --text "$text" \
+  --max-tokens 128 --ctx 64 --quiet --format json
+
 expect "missing --calib" 2 'calib FILE is required' -- "$bin" -m "$fp16" --out "$tmp/x"
 expect "bad --method" 2 "--method: 'gptq'" -- "$bin" -m "$fp16" --calib "$calib" --out "$tmp/x" \
   --method gptq
 expect "--bits 3 without --fake-quant" 2 'fake-quant' -- "$bin" -m "$fp16" --calib "$calib" \
   --out "$tmp/x" --bits 3
+expect "--modules-bits not P=B" 2 "'mlp' is not PATTERN=BITS" -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/x" --modules-bits self_attn=8,mlp
+expect "--modules-bits 3 without --fake-quant" 2 'mlp=3: only 4, 8 and 16 bits' -- "$bin" \
+  -m "$fp16" --calib "$calib" --out "$tmp/x" --modules-bits mlp=3
+expect "--modules-bits matching nothing" 1 "pattern 'attn_q' matches none" -- "$bin" -m "$fp16" \
+  --calib "$calib" --out "$tmp/x" --modules-bits attn_q=8 --quiet
 expect "existing --out" 1 "exists.*--force" -- "$bin" -m "$fp16" --calib "$calib" \
   --out "$tmp/awq" "${small[@]}"
 expect "short --calib" 1 "genesis-1-11.txt.*tokens, fewer than one calibration block" -- \
@@ -43,6 +57,11 @@ expect "already quantised" 1 "already quantised" -- "$bin" -m "$src/models/kjv-t
   --calib "$calib" --out "$tmp/x" --quiet
 expect "missing --calib file" 1 "no-such.txt" -- "$bin" -m "$fp16" --calib "$tmp/no-such.txt" \
   --out "$tmp/x"
+# A full disk: the file size limit (SIGXFSZ ignored, so write() fails with EFBIG) stops the
+# weights' write part way; the error names the file and nothing that looks complete is left.
+full_disk=(bash -c 'ulimit -f 2048; trap "" XFSZ; exec "$@"' full_disk)
+expect "full disk" 1 "model.safetensors" -- "${full_disk[@]}" "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/x" "${small[@]}"
 [ ! -e "$tmp/x" ] && ok "no output left by failures" || fail "no output left by failures" "$(ls -la "$tmp")"
 [ -z "$(ls "$tmp" | grep tmp)" ] && ok "no temporary directory left" || fail "temporary left" "$(ls "$tmp")"
 finish

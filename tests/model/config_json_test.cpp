@@ -440,6 +440,15 @@ TEST_CASE("AWQ quantization_config: accepted forms", "[model]") {
   CHECK_FALSE(skip.is_quantized("visual.blocks.0"));
   CHECK(skip.is_quantized("mlp.up_proj"));
   CHECK(skip.is_quantized("self_attn.q_proj"));
+  CHECK_FALSE(skip.is_int8("self_attn.q_proj"));
+  // edgellm's int8 extension: quantised linears named there are int8; not_convert wins.
+  const auto mixed = awq(R"({"quant_method": "awq", "group_size": 128,
+                             "modules_to_not_convert": ["down_proj"],
+                             "edgellm_int8_modules": ["self_attn", "mlp.down_proj"]})");
+  CHECK(mixed.is_int8("self_attn.o_proj"));
+  CHECK_FALSE(mixed.is_int8("mlp.up_proj"));
+  CHECK_FALSE(mixed.is_int8("mlp.down_proj"));
+  CHECK_FALSE(mixed.is_quantized("mlp.down_proj"));
 
   // Legacy quant_config.json spelling.
   auto legacy = edgellm::model::parse_awq_config(
@@ -500,6 +509,12 @@ TEST_CASE("AWQ quantization_config: refused forms name the value", "[model]") {
   CHECK_THAT(refused(R"({"quant_method": "awq", "group_size": 128, "modules_to_not_convert": [1]})",
                      errc::format_error),
              Contains("a list of strings; an element, got 1"));
+  CHECK_THAT(refused(R"({"quant_method": "awq", "group_size": 128, "edgellm_int8_modules": "mlp"})",
+                     errc::format_error),
+             Contains("edgellm_int8_modules': expected a list of strings or null"));
+  CHECK_THAT(refused(R"({"quant_method": "awq", "group_size": 128, "edgellm_int8_modules": [""]})",
+                     errc::format_error),
+             Contains("every module in int8"));
 
   // Through config.json the refusal names config.json and the nested key.
   CHECK_THAT(

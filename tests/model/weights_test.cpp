@@ -422,6 +422,13 @@ TEST_CASE("load_weights errors name the file and tensor", "[model]") {
     CHECK_THAT(load_error(dir).message,
                Contains("missing tensor 'model.layers.0.self_attn.o_proj.weight'"));
   }
+  SECTION("int8 extension modules whose tensors are int4") {
+    const std::string dir = copy_fixture("llama-awq-gemm", tmp);
+    replace_in_file(dir + "/config.json", "\"modules_to_not_convert\": null",
+                    "\"modules_to_not_convert\": null, \"edgellm_int8_modules\": [\"mlp.up_proj\"]");
+    CHECK_THAT(load_error(dir).message,
+               Contains("model.layers.0.mlp.up_proj.qweight: dtype I32, expected I8"));
+  }
   SECTION("a shard named by the index is missing") {
     const std::string dir = copy_fixture("qwen2-fp16", tmp);
     std::filesystem::remove(dir + "/model-00002-of-00003.safetensors");

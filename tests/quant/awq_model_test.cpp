@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -175,4 +176,47 @@ TEST_CASE("quantize_model refuses bad inputs with clear errors", "[awq_model]") 
   r = quantize_model(fixture("qwen2-fp16"), bad, small_options(QuantMethod::rtn));
   REQUIRE_FALSE(r);
   CHECK_THAT(r.error().message, Catch::Contains("outside the vocabulary"));
+}
+
+TEST_CASE("quantize_model modules_bits: first match wins, 8 bits is symmetric int8",
+          "[awq_model]") {
+  auto s = quant::detail::linear_specs({4, 32}, std::vector<ModuleBits>{{"down", 16}, {"mlp", 8}, {"q_proj", 3}});
+  REQUIRE(s);
+  CHECK((*s)[0].bits == 3);  // q_proj
+  CHECK((*s)[1].bits == 4);  // k_proj: the default
+  CHECK_FALSE((*s)[1].symmetric);
+  CHECK((*s)[4].bits == 8);  // gate_proj
+  CHECK((*s)[4].symmetric);
+  CHECK((*s)[6].kept());     // down_proj: the first match, not "mlp"
+  CHECK_FALSE(quant::detail::linear_specs({4, 32}, std::vector<ModuleBits>{{"mlp", 12}}));
+  CHECK_FALSE(quant::detail::linear_specs({4, 32}, std::vector<ModuleBits>{{"", 8}}));
+
+  // AWQ with the attention at 8 bits and the MLP kept: only the attention is quantised, and
+  // the MLP's weights are the stored ones (no scales folded into a kept group).
+  const std::string dir = fixture("llama-fp16");
+  const auto tokens = random_tokens(60, 300);
+  QuantizeOptions o = small_options(QuantMethod::awq);
+  o.modules_bits = {{"self_attn", 8}, {"mlp", 16}};
+  auto r = quantize_model(dir, tokens, o);
+  REQUIRE(r);
+  for (const QuantLayer& L : r->layers) {
+    const std::string pre = "model.layers." + std::to_string(L.index) + ".";
+    CHECK(L.post_norm ==
+          stored(dir, pre + "post_attention_layernorm.weight", r->config.hidden_size));
+    for (const QuantLinear& q : L.linears) {
+      INFO(q.name);
+      if (q.name.starts_with("mlp")) {
+        auto w = stored(dir, pre + q.name + ".weight", q.n * q.k);
+        for (float& v : w) v = kernels::f16_to_f32(kernels::f32_to_f16(v));
+        CHECK(q.weight == w);
+      } else {
+        REQUIRE(q.q8);
+        std::vector<float> row(q.k);
+        for (std::size_t rr = 0; rr < q.n; ++rr) {
+          q.q8->row(rr, row.data());
+          REQUIRE(std::equal(row.begin(), row.end(), q.weight.begin() + std::ptrdiff_t(rr * q.k)));
+        }
+      }
+    }
+  }
 }

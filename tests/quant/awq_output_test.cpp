@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -145,4 +147,107 @@ TEST_CASE("write_quantized_model refuses and never leaves a half-written output"
   REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, options(), {.force = true}));
   CHECK_FALSE(std::filesystem::exists(out + "/old"));
   CHECK(std::filesystem::exists(out + "/model.safetensors"));
+}
+
+TEST_CASE("write_quantized_model with modules_bits: int8 attention, fp16 down_proj, int4 rest",
+          "[awq_output]") {
+  test::TempDir tmp;
+  const std::string out = tmp.file("out");
+  const auto calib = tokens(40);
+  QuantizeOptions o = options();
+  o.modules_bits = {{"self_attn", 8}, {"down_proj", 16}};
+  auto ref = quantize_model(fixture("qwen2-fp16"), calib, o);
+  REQUIRE(ref);
+  REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, o));
+  auto cfg = model::load_model_config(out);
+  REQUIRE(cfg);
+  REQUIRE(cfg->awq);
+  CHECK(cfg->awq->modules_to_not_convert == std::vector<std::string>{"mlp.down_proj"});
+  CHECK(cfg->awq->int8_modules ==
+        std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                 "self_attn.o_proj"});
+  auto ck = io::Checkpoint::open(out);
+  REQUIRE(ck);
+  for (const QuantLayer& L : ref->layers) {
+    const std::string pre = "model.layers." + std::to_string(L.index) + ".";
+    for (const QuantLinear& q : L.linears) {
+      INFO(pre + q.name);
+      const std::string p = pre + q.name;
+      if (q.name.starts_with("self_attn")) {
+        // Symmetric int8: the stored codes and scales re-dequantise to the chosen values.
+        REQUIRE(q.q8);
+        CHECK(q.spec.bits == 8);
+        CHECK(q.spec.symmetric);
+        auto codes = ck->find(p + ".qweight");
+        auto scales = ck->find(p + ".scales");
+        REQUIRE(codes);
+        REQUIRE(scales);
+        CHECK(codes->type() == io::dtype::i8);
+        CHECK(codes->shape() == std::vector<std::size_t>{q.n, q.k});
+        CHECK(scales->shape() == std::vector<std::size_t>{q.n, q.k / 32});
+        for (std::size_t r = 0; r < q.n; ++r)
+          for (std::size_t c = 0; c < q.k; ++c) {
+            std::int8_t code;
+            float s;
+            std::memcpy(&code, codes->bytes.data() + r * q.k + c, 1);
+            std::memcpy(&s, scales->bytes.data() + (r * (q.k / 32) + c / 32) * 4, 4);
+            REQUIRE(static_cast<float>(code) * s == q.weight[r * q.k + c]);
+          }
+        // and they are kernels::quantize_q8's values of what was quantised
+        auto again = kernels::quantize_q8(q.weight, q.n, q.k, 32);
+        REQUIRE(again);
+        std::vector<float> row(q.k);
+        again->row(0, row.data());
+        CHECK(std::equal(row.begin(), row.end(), q.weight.begin()));
+      } else if (q.name == "mlp.down_proj") {
+        CHECK(q.spec.kept());
+        CHECK_FALSE(q.q4);
+        CHECK_FALSE(q.q8);
+        auto v = quant::detail::read_f32(*ck, p + ".weight", q.n * q.k);
+        REQUIRE(v);
+        CHECK(*v == q.weight);
+      } else {
+        REQUIRE(q.q4);
+        CHECK(ck->find(p + ".qzeros"));
+      }
+    }
+  }
+  // It loads: attention int8, gate/up int4, down dense; and the reference mode too.
+  auto w = model::load_weights(out);
+  REQUIRE(w);
+  const model::LayerWeights& L0 = (*w)->layers[0];
+  CHECK(L0.q_proj.int8());
+  CHECK(L0.o_proj.int8());
+  CHECK(L0.gate_proj.int4());
+  CHECK_FALSE(L0.down_proj.quantized());
+  std::vector<float> row(L0.q_proj.k());
+  L0.q_proj.q8.row(1, row.data());
+  const QuantLinear& q0 = ref->layers[0].linears[0];
+  CHECK(std::equal(row.begin(), row.end(), q0.weight.begin() + static_cast<std::ptrdiff_t>(q0.k)));
+  model::LoadOptions lo;
+  lo.fp32_reference = true;
+  auto wr = model::load_weights(out, lo);
+  REQUIRE(wr);
+  std::vector<float> dense(q0.k);
+  (*wr)->layers[0].q_proj.dense.row(1, dense.data());
+  CHECK(dense == row);
+}
+
+TEST_CASE("write_quantized_model refuses modules_bits it cannot write", "[awq_output]") {
+  test::TempDir tmp;
+  const std::string out = tmp.file("out");
+  const auto calib = tokens(40);
+  QuantizeOptions o = options();
+  o.modules_bits = {{"mlp", 3}};
+  auto r = write_quantized_model(fixture("qwen2-fp16"), out, calib, o);
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("mlp.gate_proj: 3 bits has no packed layout"));
+  o.modules_bits = {{"attention", 8}};
+  r = write_quantized_model(fixture("qwen2-fp16"), out, calib, o);
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("pattern 'attention' matches none"));
+  CHECK_FALSE(std::filesystem::exists(out));
+  // With fake_quant, 3 bits for the MLP is fine.
+  o.modules_bits = {{"mlp", 3}, {"self_attn", 16}};
+  REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, o, {.fake_quant = true}));
 }

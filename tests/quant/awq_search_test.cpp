@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "support/prelude.hpp"
 #include "support/test_util.hpp"
@@ -51,6 +52,30 @@ TEST_CASE("fake_quantize at 4 bits equals kernels::quantize_rtn dequantised",
   std::vector<float> fake = w;
   REQUIRE(fake_quantize(fake, n, k, {4, 128}));
   for (std::size_t i = 0; i < fake.size(); ++i) REQUIRE(fake[i] == ref[i]);
+}
+
+TEST_CASE("fake_quantize symmetric at 8 bits equals kernels::quantize_q8; 16 bits is fp16",
+          "[quant][awq_search]") {
+  auto rng = test::make_rng(13);
+  const std::size_t n = 5, k = 256;
+  auto w = test::random_floats(rng, n * k, 0.05f);
+  w[7] = -0.8f;  // an outlier in one group
+  for (std::size_t c = 128; c < 256; ++c) w[3 * k + c] = 0.0f;  // an all-zero group
+  auto q = kernels::quantize_q8(w, n, k, 128);
+  REQUIRE(q);
+  std::vector<float> fake = w;
+  QuantSpec s8{8, 128, true};
+  CHECK(s8.max_code() == 127);
+  REQUIRE(fake_quantize(fake, n, k, s8));
+  std::vector<float> row(k);
+  for (std::size_t r = 0; r < n; ++r) {
+    q->row(r, row.data());
+    for (std::size_t c = 0; c < k; ++c) REQUIRE(fake[r * k + c] == row[c]);
+  }
+  fake = w;
+  REQUIRE(fake_quantize(fake, n, k, {QuantSpec::kKeepBits, 128}));
+  for (std::size_t i = 0; i < w.size(); ++i)
+    REQUIRE(fake[i] == kernels::f16_to_f32(kernels::f32_to_f16(w[i])));
 }
 
 TEST_CASE("fake_quantize: error shrinks with bits and stays within half a step",

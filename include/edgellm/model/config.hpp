@@ -64,6 +64,10 @@ struct AwqConfig {
   /// Linears whose layer-relative name (e.g. "mlp.gate_proj") contains one of these substrings
   /// were left unquantised.
   std::vector<std::string> modules_to_not_convert;
+  /// edgellm's extension (quantization_config.edgellm_int8_modules): quantised linears whose
+  /// layer-relative name contains one of these substrings are stored in int8 (qweight I8
+  /// [n][k], scales F32 [n][k / group_size]; quant/awq_output.hpp) instead of AutoAWQ int4.
+  std::vector<std::string> int8_modules;
 
   /// Whether the linear `module_name` (layer-relative, e.g. "self_attn.q_proj") is quantised,
   /// i.e. contains none of modules_to_not_convert (AutoAWQ's substring rule).
@@ -72,6 +76,14 @@ struct AwqConfig {
       if (module_name.find(m) != std::string_view::npos) return false;
     }
     return true;
+  }
+  /// Whether the linear is quantised and stored in edgellm's int8 layout.
+  bool is_int8(std::string_view module_name) const noexcept {
+    if (!is_quantized(module_name)) return false;
+    for (const std::string& m : int8_modules) {
+      if (module_name.find(m) != std::string_view::npos) return true;
+    }
+    return false;
   }
 };
 

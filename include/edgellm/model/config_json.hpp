@@ -218,8 +218,9 @@ inline status parse_rope_scaling(const io::json::Value& obj, std::string_view wh
 /// Parses an AutoAWQ quantization config: config.json's `quantization_config` object, or (with
 /// `legacy` true) the object of an old `quant_config.json`, which has no quant_method and spells
 /// the keys w_bit / q_group_size. Accepts quant_method "awq", bits 4, zero_point true (default),
-/// version "gemm" (default) or "gemv" in any case, group_size > 0, and modules_to_not_convert as
-/// a list of strings or null. Everything else is refused with errc::unsupported naming the value.
+/// version "gemm" (default) or "gemv" in any case, group_size > 0, modules_to_not_convert as
+/// a list of strings or null, and edgellm's edgellm_int8_modules likewise (AwqConfig). Everything
+/// else is refused with errc::unsupported naming the value.
 inline result<AwqConfig> parse_awq_config(const io::json::Value& q, std::string_view source,
                                           bool legacy = false) {
   constexpr std::string_view where = "parse_awq_config";
@@ -334,6 +335,17 @@ inline result<AwqConfig> parse_awq_config(const io::json::Value& q, std::string_
                       "an empty string would exclude every module from quantisation");
       }
       c.modules_to_not_convert.push_back(*s);
+    }
+  }
+  if (const io::json::Value* m = r.get_non_null("edgellm_int8_modules")) {
+    const io::json::Array* a = m->get_array();
+    if (a == nullptr) return r.fail_type("edgellm_int8_modules", "a list of strings or null", *m);
+    for (const io::json::Value& e : *a) {
+      const std::string* s = e.get_string();
+      if (s == nullptr) return r.fail_type("edgellm_int8_modules", "a list of strings; an element", e);
+      if (s->empty())
+        return r.fail("edgellm_int8_modules", "an empty string would put every module in int8");
+      c.int8_modules.push_back(*s);
     }
   }
   return c;

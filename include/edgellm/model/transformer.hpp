@@ -407,6 +407,8 @@ class Transformer {
       u64(static_cast<std::uint64_t>(c.awq->version));
       for (const std::string& m : c.awq->modules_to_not_convert)
         bytes(reinterpret_cast<const std::byte*>(m.data()), m.size());
+      for (const std::string& m : c.awq->int8_modules)  // only when present: others unchanged
+        bytes(reinterpret_cast<const std::byte*>(m.data()), m.size());
     }
     u64(w.options.fp32_reference ? 1 : 0);
     u64(w.rtn_group_size);

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -399,6 +400,63 @@ class WeightLoader {
     return lin;
   }
 
+  /// An int8 linear `prefix` in edgellm's extension of the AutoAWQ layout (AwqConfig::
+  /// int8_modules: qweight I8 [n][k], scales F32 [n][k / G]) as a kernels::Q8Matrix, or
+  /// dequantised to dense fp32 in reference mode.
+  result<Linear> int8_linear(const std::string& prefix, std::size_t n, std::size_t k,
+                             std::string_view n_why, std::string_view k_why) {
+    const std::size_t g = cfg_.awq->group_size;
+    const std::string dims = "N = " + std::string(n_why) + " = " + std::to_string(n) +
+                             ", K = " + std::string(k_why) + " = " + std::to_string(k) +
+                             ", G = group_size = " + std::to_string(g) + ", edgellm int8";
+    if (k % g != 0) {
+      return make_error(errc::shape_mismatch, kWhere,
+                        dir_ + ": " + prefix + ": K = " + std::string(k_why) + " = " +
+                            std::to_string(k) + " is not a multiple of group_size " +
+                            std::to_string(g));
+    }
+    auto qw = get(prefix + ".qweight", {io::dtype::i8}, {n, k}, "[N, K]; " + dims);
+    if (!qw) return qw.error();
+    auto sc = get(prefix + ".scales", {io::dtype::f32}, {n, k / g}, "[N, K/G]; " + dims);
+    if (!sc) return sc.error();
+    auto m = kernels::Q8Matrix::allocate(n, k, g);
+    if (!m) return tensor_error(m.error().code, prefix + ".qweight", m.error().message);
+    const std::size_t ng = k / g;
+    for (std::size_t r = 0; r < n; ++r) {
+      std::memcpy(m->mutable_codes(r), qw->bytes.data() + r * k, k);
+      std::memcpy(m->mutable_scales(r), sc->bytes.data() + r * ng * 4, ng * 4);
+      for (std::size_t j = 0; j < ng; ++j) {
+        const float v = m->scales(r)[j];
+        if (!std::isfinite(v) || v < 0.0f)
+          return tensor_error(errc::format_error, prefix + ".scales",
+                              "scale " + std::to_string(v) + " at row " + std::to_string(r) +
+                                  ", group " + std::to_string(j) +
+                                  " (expected finite and non-negative)");
+      }
+      for (std::size_t c = 0; c < k; ++c)
+        if (m->codes(r)[c] == -128)
+          return tensor_error(errc::format_error, prefix + ".qweight",
+                              "code -128 at row " + std::to_string(r) + ", column " +
+                                  std::to_string(c) + " (symmetric codes are in [-127, 127])");
+    }
+    Linear lin;
+    if (opts_.fp32_reference) {
+      std::vector<float> w;
+      if (auto st = edgellm::detail::try_resize(w, n * k, kWhere, prefix + " (dequantised fp32)");
+          !st)
+        return st.error();
+      for (std::size_t r = 0; r < n; ++r) m->row(r, w.data() + r * k);
+      auto d = DenseMatrix::from_f32(w, n, k);
+      if (!d) return d.error();
+      lin.dense = std::move(*d);
+    } else {
+      lin.q8 = std::move(*m);
+    }
+    release(qw->bytes);
+    release(sc->bytes);
+    return lin;
+  }
+
   /// Linear `model.layers.<i>.<module>` with n outputs and k inputs, in the form the options
   /// ask for, plus its bias when `has_bias`.
   result<Linear> linear(std::size_t layer, std::string_view module, std::size_t n, std::size_t k,
@@ -408,11 +466,16 @@ class WeightLoader {
     const std::string why = "[" + std::string(n_why) + ", " + std::string(k_why) + "]";
     Linear lin;
     const bool awq_module = cfg_.awq && cfg_.awq->is_quantized(module);
-    const bool int4 = !opts_.fp32_reference && (awq_module || !cfg_.awq);
+    const bool int8_module = cfg_.awq && cfg_.awq->is_int8(module);
+    const bool int4 = !opts_.fp32_reference && !int8_module && (awq_module || !cfg_.awq);
     if (auto cached = int4 ? from_packed_cache(prefix, n, k, awq_module ? cfg_.awq->group_size
                                                                          : rtn_group)
                            : std::nullopt) {
       lin.q4 = std::move(*cached);
+    } else if (int8_module) {
+      auto a = int8_linear(prefix, n, k, n_why, k_why);
+      if (!a) return a.error();
+      lin = std::move(*a);
     } else if (awq_module) {
       auto a = awq_linear(prefix, n, k, n_why, k_why);
       if (!a) return a.error();
@@ -495,7 +558,9 @@ inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const
     }
     for (const auto& [module, bias] : linears) {
       const std::string m = pre + std::string(module);
-      if (c.awq && c.awq->is_quantized(module)) {
+      if (c.awq && c.awq->is_int8(module)) {
+        for (const char* part : {".qweight", ".scales"}) used.push_back(m + part);
+      } else if (c.awq && c.awq->is_quantized(module)) {
         for (const char* part : {".qweight", ".qzeros", ".scales"}) used.push_back(m + part);
       } else {
         used.push_back(m + ".weight");

@@ -15,6 +15,7 @@
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/elementwise.hpp"
 #include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config.hpp"
 #include "edgellm/model/config_json.hpp"
@@ -23,6 +24,7 @@
 #include "edgellm/thread_pool.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -42,10 +44,21 @@ namespace edgellm::quant {
 /// original weights (no search, no clip), the baseline.
 enum class QuantMethod { awq, rtn };
 
+/// A bit width for the linears whose layer-relative name (e.g. "mlp.down_proj") contains
+/// `pattern`: 2..8, or 16 (QuantSpec::kKeepBits: kept in fp16).
+struct ModuleBits {
+  std::string pattern;
+  unsigned bits = 4;
+};
+
 /// Options of quantize_model.
 struct QuantizeOptions {
   QuantMethod method = QuantMethod::awq;
-  QuantSpec spec;            ///< bits and group size of every linear
+  /// Bits and group size of every linear no modules_bits entry matches. 8 bits is always the
+  /// symmetric int8 format (kernels::Q8Matrix), other widths AutoAWQ's asymmetric grid.
+  QuantSpec spec;
+  /// Per-module bit widths; the first entry whose pattern a linear's name contains wins.
+  std::vector<ModuleBits> modules_bits;
   std::size_t samples = 32;  ///< calibration blocks (fewer if the text is short)
   std::size_t seqlen = 512;  ///< tokens per block
   /// Tokens the block losses of the scale search run on (whole sample blocks, evenly spaced,
@@ -63,8 +76,11 @@ struct QuantizeOptions {
 struct QuantLinear {
   std::string name;
   std::size_t n = 0, k = 0;
+  QuantSpec spec;                         ///< the grid it was quantised to
   std::vector<float> weight;              ///< [n][k]: the dequantised values chosen
   std::optional<kernels::UnpackedQ4> q4;  ///< 4 bits: the codes; weight == dequantize(*q4)
+  /// 8 bits: the codes; weight[r][c] == q8->row(r)[c]
+  std::optional<kernels::Q8Matrix> q8;
   std::vector<float> bias;                ///< [n] (after folding) or empty
 };
 
@@ -153,6 +169,39 @@ struct LayerF32 {
 inline constexpr const char* kLinearNames[7] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+/// The grid of each of a layer's seven linears (kLinearNames' order): opt.spec, or the bits of
+/// the first modules_bits entry the name contains; 8 bits symmetric.
+inline result<std::array<QuantSpec, 7>> linear_specs(const QuantSpec& base,
+                                                     std::span<const ModuleBits> modules_bits) {
+  std::array<QuantSpec, 7> out;
+  for (const ModuleBits& mb : modules_bits) {
+    bool matched = false;
+    for (const char* l : kLinearNames) matched = matched || std::string_view(l).find(mb.pattern) != std::string_view::npos;
+    if (mb.pattern.empty() || !matched)
+      return make_error(errc::invalid_argument, "quantize_model",
+                        "modules_bits: pattern '" + mb.pattern +
+                            "' matches none of the linears (self_attn.q_proj, self_attn.k_proj, "
+                            "self_attn.v_proj, self_attn.o_proj, mlp.gate_proj, mlp.up_proj, "
+                            "mlp.down_proj)");
+    if ((mb.bits < 2 || mb.bits > 8) && mb.bits != QuantSpec::kKeepBits)
+      return make_error(errc::invalid_argument, "quantize_model",
+                        "modules_bits: '" + mb.pattern + "=" + std::to_string(mb.bits) +
+                            "': bits must be 2..8 or 16 (kept in fp16)");
+  }
+  for (int i = 0; i < 7; ++i) {
+    QuantSpec s = base;
+    for (const ModuleBits& mb : modules_bits) {
+      if (std::string_view(kLinearNames[i]).find(mb.pattern) != std::string_view::npos) {
+        s.bits = mb.bits;
+        break;
+      }
+    }
+    s.symmetric = s.bits == 8;
+    out[static_cast<std::size_t>(i)] = s;
+  }
+  return out;
+}
 
 /// The shapes of a layer's seven linears (in kLinearNames' order) and which have a bias: what
 /// the loader reads and the writer declares.
@@ -392,6 +441,9 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
                           "quantize the fp16/bf16/fp32 original");
   for (const std::size_t k : {c.hidden_size, c.intermediate_size, c.q_dim()})
     if (auto st = check_spec(opt.spec, k, where); !st) return st.error();
+  auto specs_r = detail::linear_specs(opt.spec, opt.modules_bits);
+  if (!specs_r) return specs_r.error();
+  const std::array<QuantSpec, 7>& spec = *specs_r;
   if (opt.seqlen == 0 || opt.samples == 0)
     return make_error(errc::invalid_argument, where, "samples and seqlen must be positive");
   const std::size_t nb = std::min(opt.samples, calib_tokens.size() / opt.seqlen);
@@ -515,8 +567,16 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       // before applying any scale).
       std::vector<float> s[4];
       bool searched[4] = {false, false, false, false};
-      {
-        const WeightRef ws[3] = {{W.w[0], W.n[0]}, {W.w[1], W.n[1]}, {W.w[2], W.n[2]}};
+      // A group whose linears are all kept in fp16 is not searched (s = 1).
+      const auto any_quantised = [&](std::initializer_list<int> ids) {
+        for (const int i : ids)
+          if (!spec[static_cast<std::size_t>(i)].kept()) return true;
+        return false;
+      };
+      for (int i = 0; i < 4; ++i) s[i].assign(cap[i].k, 1.0f);
+      if (any_quantised({0, 1, 2})) {
+        const WeightRef ws[3] = {
+            {W.w[0], W.n[0], &spec[0]}, {W.w[1], W.n[1], &spec[1]}, {W.w[2], W.n[2], &spec[2]}};
         detail::AttentionLoss loss(core, cap[0].loss, m_loss);
         auto r = search_scales(ws, h, cap[0].mean(M), opt.spec, loss, opt.scale_search);
         if (!r) return r.error();
@@ -524,8 +584,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
         out.alpha[0] = r->alpha;
         searched[0] = true;
       }
-      if (W.n[2] == W.n[3] && W.k[2] == W.k[3]) {  // o after v only without GQA
-        const WeightRef ws[1] = {{W.w[3], W.n[3]}};
+      if (W.n[2] == W.n[3] && W.k[2] == W.k[3] && any_quantised({3})) {  // o after v: no GQA
+        const WeightRef ws[1] = {{W.w[3], W.n[3], &spec[3]}};
         LinearOutputLoss loss(cap[1].loss, m_loss, W.w[3], W.n[3], W.k[3], pool);
         auto r = search_scales(ws, W.k[3], cap[1].mean(M), opt.spec, loss, opt.scale_search);
         if (!r) return r.error();
@@ -533,8 +593,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
         out.alpha[1] = r->alpha;
         searched[1] = true;
       }
-      {
-        const WeightRef ws[2] = {{W.w[4], W.n[4]}, {W.w[5], W.n[5]}};
+      if (any_quantised({4, 5})) {
+        const WeightRef ws[2] = {{W.w[4], W.n[4], &spec[4]}, {W.w[5], W.n[5], &spec[5]}};
         detail::MlpLoss loss(W, cap[2].loss, m_loss, pool);
         auto r = search_scales(ws, h, cap[2].mean(M), opt.spec, loss, opt.scale_search);
         if (!r) return r.error();
@@ -542,8 +602,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
         out.alpha[2] = r->alpha;
         searched[2] = true;
       }
-      {
-        const WeightRef ws[1] = {{W.w[6], W.n[6]}};
+      if (any_quantised({6})) {
+        const WeightRef ws[1] = {{W.w[6], W.n[6], &spec[6]}};
         LinearOutputLoss loss(cap[3].loss, m_loss, W.w[6], W.n[6], W.k[6], pool);
         auto r = search_scales(ws, W.k[6], cap[3].mean(M), opt.spec, loss, opt.scale_search);
         if (!r) return r.error();
@@ -552,30 +612,34 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
         searched[3] = true;
       }
       // Fold: 1/s into the producer of each group's input, s into the consumers' columns.
-      divide_by_scales(W.input_norm, s[0]);
-      for (int i = 0; i < 3; ++i) scale_input_columns(W.w[i], W.n[i], W.k[i], s[0]);
+      if (searched[0]) {
+        divide_by_scales(W.input_norm, s[0]);
+        for (int i = 0; i < 3; ++i) scale_input_columns(W.w[i], W.n[i], W.k[i], s[0]);
+      }
       if (searched[1]) {
         divide_output_rows(W.w[2], W.n[2], W.k[2], W.b[2], s[1]);
         scale_input_columns(W.w[3], W.n[3], W.k[3], s[1]);
       }
-      divide_by_scales(W.post_norm, s[2]);
-      for (int i = 4; i < 6; ++i) scale_input_columns(W.w[i], W.n[i], W.k[i], s[2]);
-      divide_output_rows(W.w[5], W.n[5], W.k[5], W.b[5], s[3]);
-      scale_input_columns(W.w[6], W.n[6], W.k[6], s[3]);
+      if (searched[2]) {
+        divide_by_scales(W.post_norm, s[2]);
+        for (int i = 4; i < 6; ++i) scale_input_columns(W.w[i], W.n[i], W.k[i], s[2]);
+      }
+      if (searched[3]) {
+        divide_output_rows(W.w[5], W.n[5], W.k[5], W.b[5], s[3]);
+        scale_input_columns(W.w[6], W.n[6], W.k[6], s[3]);
+      }
       // Clip search on v, o, gate, up, down (never q, k) with the scaled inputs.
       if (opt.clip) {
-        const std::vector<float> ones_o(W.k[3], 1.0f);
         const int lin[5] = {2, 3, 4, 5, 6};
         const int src[5] = {0, 1, 2, 2, 3};
         std::vector<float> xs[4];
-        for (int i = 0; i < 4; ++i)
-          xs[i] = cap[i].clip_scaled(i == 1 && !searched[1] ? std::span<const float>(ones_o)
-                                                            : std::span<const float>(s[i]));
+        for (int i = 0; i < 4; ++i) xs[i] = cap[i].clip_scaled(s[i]);  // s = 1 if not searched
         for (int j = 0; j < 5; ++j) {
           const int i = lin[j];
+          const QuantSpec& si = spec[static_cast<std::size_t>(i)];
+          if (si.kept()) continue;
           const std::size_t tk = xs[src[j]].size() / W.k[i];
-          auto mv =
-              search_clip(W.w[i], W.n[i], W.k[i], xs[src[j]], tk, opt.spec, opt.clip_search, pool);
+          auto mv = search_clip(W.w[i], W.n[i], W.k[i], xs[src[j]], tk, si, opt.clip_search, pool);
           if (!mv) return mv.error();
           apply_clip(W.w[i], W.n[i], W.k[i], opt.spec.group, *mv);
         }
@@ -594,7 +658,18 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       ql.k = W.k[i];
       ql.bias = std::move(W.b[i]);
       const std::string what = "model.layers." + std::to_string(li) + "." + ql.name;
-      if (opt.spec.bits == 4) {
+      ql.spec = spec[static_cast<std::size_t>(i)];
+      if (ql.spec.bits == 8) {  // symmetric int8: the codes Q8Matrix runs
+        auto q = kernels::quantize_q8(W.w[i], W.n[i], W.k[i], ql.spec.group);
+        if (!q) {
+          error e = q.error();
+          e.message = what + ": " + e.message;
+          return e;
+        }
+        ql.weight.resize(W.n[i] * W.k[i]);
+        for (std::size_t r = 0; r < W.n[i]; ++r) q->row(r, ql.weight.data() + r * W.k[i]);
+        ql.q8 = std::move(*q);
+      } else if (ql.spec.bits == 4) {
         auto q = kernels::quantize_rtn(W.w[i], W.n[i], W.k[i], opt.spec.group);
         if (!q) {
           error e = q.error();
@@ -604,7 +679,7 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
         ql.weight = kernels::dequantize(*q);
         ql.q4 = std::move(*q);
       } else {
-        if (auto st = fake_quantize(W.w[i], W.n[i], W.k[i], opt.spec); !st) {
+        if (auto st = fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec); !st) {
           error e = st.error();
           e.message = what + ": " + e.message;
           return e;

@@ -6,6 +6,14 @@
 // tokenizer and generation files copied. The directory is built under a temporary name beside
 // the target and renamed at the end, and model.safetensors is streamed layer by layer
 // (io/safetensors_write.hpp), so a failed run never leaves an output that looks complete.
+//
+// Mixed precision (QuantizeOptions::modules_bits): linears kept at 16 bits are written as fp16
+// `weight` and listed in modules_to_not_convert (AutoAWQ's own convention). Linears at 8 bits
+// use edgellm's extension of the layout, which AutoAWQ does not read: their layer-relative
+// names are listed in quantization_config.edgellm_int8_modules, and each is stored as
+//   <linear>.qweight  I8  [n][k]       symmetric codes in [-127, 127], nn.Linear orientation
+//   <linear>.scales   F32 [n][k / G]   w[r][c] = qweight[r][c] * scales[r][c / G]
+// (kernels::Q8Matrix's values; model/weights.hpp loads them into it).
 #pragma once
 
 #include "edgellm/io/atomic_file.hpp"
@@ -61,7 +69,7 @@ std::span<const std::byte> raw_bytes(const std::vector<T>& v) {
 
 /// The output tensors of one layer in write order (must match write_layer).
 inline void declare_layer(std::vector<io::TensorDecl>& out, const model::ModelConfig& c,
-                          std::size_t li, const QuantSpec& spec, bool fake) {
+                          std::size_t li, std::span<const QuantSpec, 7> specs, bool fake) {
   const std::string pre = "model.layers." + std::to_string(li) + ".";
   using io::dtype;
   out.push_back({pre + "input_layernorm.weight", dtype::f16, {c.hidden_size}});
@@ -76,8 +84,12 @@ inline void declare_layer(std::vector<io::TensorDecl>& out, const model::ModelCo
   const bool* bias = shapes.bias;
   for (int i = 0; i < 7; ++i) {
     const std::string p = pre + kLinearNames[i];
-    if (fake) {
+    const QuantSpec& spec = specs[static_cast<std::size_t>(i)];
+    if (fake || spec.kept()) {
       out.push_back({p + ".weight", dtype::f16, {ns[i], ks[i]}});
+    } else if (spec.bits == 8) {  // edgellm's int8 extension (see the file comment)
+      out.push_back({p + ".qweight", dtype::i8, {ns[i], ks[i]}});
+      out.push_back({p + ".scales", dtype::f32, {ns[i], ks[i] / spec.group}});
     } else {
       out.push_back({p + ".qweight", dtype::i32, {ks[i], ns[i] / 8}});
       out.push_back({p + ".qzeros", dtype::i32, {ks[i] / spec.group, ns[i] / 8}});
@@ -99,8 +111,15 @@ inline status write_layer(io::SafetensorsWriter& w, const QuantLayer& layer, boo
   }
   for (const QuantLinear& ql : layer.linears) {
     const std::string p = pre + ql.name;
-    if (fake) {
+    if (fake || ql.spec.kept()) {
       if (auto st = w.write(p + ".weight", f16_bytes(ql.weight)); !st) return st;
+    } else if (ql.q8) {
+      const kernels::Q8Matrix& m = *ql.q8;
+      const auto* codes = reinterpret_cast<const std::byte*>(m.codes(0));
+      if (auto st = w.write(p + ".qweight", std::span(codes, m.n() * m.k())); !st) return st;
+      const auto* sc = reinterpret_cast<const std::byte*>(m.scales(0));
+      if (auto st = w.write(p + ".scales", std::span(sc, m.n() * m.n_groups() * 4)); !st)
+        return st;
     } else {
       auto a = kernels::export_awq_gemm(*ql.q4);
       if (!a) {
@@ -138,8 +157,10 @@ inline bool rewritten(std::string_view name, const model::ModelConfig& c) {
   return false;
 }
 
-/// config.json with quantization_config set (gemm) and torch_dtype float16.
-inline result<std::string> awq_config_json(const std::string& path, const QuantSpec& spec) {
+/// config.json with quantization_config set (gemm) and torch_dtype float16: the kept linears'
+/// names in modules_to_not_convert, the int8 ones' in edgellm_int8_modules.
+inline result<std::string> awq_config_json(const std::string& path, const QuantSpec& spec,
+                                           std::span<const QuantSpec, 7> specs) {
   auto text = io::read_text_file(path, io::kMaxConfigJsonBytes);
   if (!text) return text.error();
   auto root = io::json::parse(*text, path);
@@ -161,7 +182,14 @@ inline result<std::string> awq_config_json(const std::string& path, const QuantS
   q.append("group_size", io::json::Value(std::int64_t{static_cast<std::int64_t>(spec.group)}));
   q.append("zero_point", io::json::Value(true));
   q.append("version", io::json::Value("gemm"));
-  q.append("modules_to_not_convert", io::json::Value(nullptr));
+  io::json::Array kept, int8;
+  for (std::size_t i = 0; i < 7; ++i) {
+    if (specs[i].kept()) kept.push_back(io::json::Value(kLinearNames[i]));
+    if (specs[i].bits == 8) int8.push_back(io::json::Value(kLinearNames[i]));
+  }
+  q.append("modules_to_not_convert",
+           kept.empty() ? io::json::Value(nullptr) : io::json::Value(std::move(kept)));
+  if (!int8.empty()) q.append("edgellm_int8_modules", io::json::Value(std::move(int8)));
   o.append("quantization_config", io::json::Value(std::move(q)));
   return io::json::dump(io::json::Value(std::move(o)));
 }
@@ -209,12 +237,21 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
                           ": already quantised (config.json has an AWQ "
                           "quantization_config); quantize the fp16/bf16/fp32 original");
   const bool fake = out_opt.fake_quant;
+  auto specs_r = detail::linear_specs(opt.spec, opt.modules_bits);
+  if (!specs_r) return specs_r.error();
+  const std::array<QuantSpec, 7>& specs = *specs_r;
   if (!fake) {
     if (opt.spec.bits != 4)
       return make_error(
           errc::unsupported, where,
           "bits " + std::to_string(opt.spec.bits) +
               ": the AutoAWQ gemm layout is 4-bit only (use fake_quant / --fake-quant)");
+    for (std::size_t i = 0; i < 7; ++i)
+      if (specs[i].bits != 4 && specs[i].bits != 8 && !specs[i].kept())
+        return make_error(errc::unsupported, where,
+                          std::string(detail::kLinearNames[i]) + ": " + std::to_string(specs[i].bits) +
+                              " bits has no packed layout (4, 8 and 16 do; use fake_quant / "
+                              "--fake-quant)");
     for (const std::size_t n : {c.q_dim(), c.kv_dim(), c.hidden_size, c.intermediate_size})
       if (n % 8 != 0)
         return make_error(errc::unsupported, where,
@@ -241,7 +278,7 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
 
   std::vector<io::TensorDecl> decls;
   for (std::size_t li = 0; li < c.num_hidden_layers; ++li)
-    detail::declare_layer(decls, c, li, opt.spec, fake);
+    detail::declare_layer(decls, c, li, specs, fake);
   std::vector<std::string> copied;
   for (const std::string& name : ckpt->names()) {
     if (detail::rewritten(name, c)) continue;
@@ -271,7 +308,7 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
     if (auto st = io::write_file_atomic((tmp / "config.json").string(), *bytes, where); !st)
       return st.error();
   } else {
-    auto text = detail::awq_config_json((src / "config.json").string(), opt.spec);
+    auto text = detail::awq_config_json((src / "config.json").string(), opt.spec, specs);
     if (!text) return text.error();
     if (auto st = io::write_file_atomic((tmp / "config.json").string(),
                                         std::as_bytes(std::span(*text)), where);

@@ -25,20 +25,30 @@
 
 namespace edgellm::quant {
 
-/// The integer grid a search quantises to: asymmetric codes of `bits` bits (0 .. 2^bits - 1)
-/// with one fp16 scale and one zero point per `group` consecutive input channels.
+/// The grid a search quantises one linear to, per `group` consecutive input channels:
+/// - bits 2..8, asymmetric (AutoAWQ's): codes 0 .. 2^bits - 1 with one fp16 scale and one zero
+///   point per group;
+/// - bits 2..8, symmetric: codes -(2^(bits-1) - 1) .. 2^(bits-1) - 1 with one fp32 scale
+///   amax / max_code per group; at 8 bits the int8 weight format kernels::Q8Matrix runs
+///   (kernels::quantize_q8 gives the same values);
+/// - bits 16 (kKeepBits): not quantised, kept in fp16 (AutoAWQ's modules_to_not_convert).
 struct QuantSpec {
+  static constexpr unsigned kKeepBits = 16;
   unsigned bits = 4;
   std::size_t group = 128;
+  bool symmetric = false;
 
-  unsigned max_code() const noexcept { return (1u << bits) - 1u; }
+  bool kept() const noexcept { return bits == kKeepBits; }
+  unsigned max_code() const noexcept {
+    return symmetric ? (1u << (bits - 1)) - 1u : (1u << bits) - 1u;
+  }
 };
 
-/// Errors: bits outside 2..8, a group of 0, k not a multiple of the group.
+/// Errors: bits outside 2..8 (and not 16), a group of 0, k not a multiple of the group.
 inline status check_spec(const QuantSpec& spec, std::size_t k, std::string_view where) {
-  if (spec.bits < 2 || spec.bits > 8)
+  if ((spec.bits < 2 || spec.bits > 8) && !spec.kept())
     return make_error(errc::invalid_argument, where,
-                      "bits: " + std::to_string(spec.bits) + " (supported: 2 to 8)");
+                      "bits: " + std::to_string(spec.bits) + " (supported: 2 to 8, or 16 = kept)");
   if (spec.group == 0 || k % spec.group != 0)
     return make_error(errc::shape_mismatch, where,
                       "group: " + std::to_string(spec.group) + " does not divide the input width " +
@@ -65,6 +75,32 @@ inline void fake_quantize_group(const float* in, float* out, std::size_t g,
     out[i] = (std::clamp(std::nearbyint(in[i] / s) + z, 0.0f, mc) - z) * s;
 }
 
+/// Symmetric fake-quantisation of one group (see QuantSpec): scale = amax / max_code (fp32),
+/// out = clamp(round(w / scale), -max_code, max_code) * scale, rounding half to even; all
+/// zeros for an all-zero group. At max_code 127 equal to kernels::quantize_q8 then
+/// Q8Matrix::row. Inputs must be finite.
+inline void fake_quantize_group_symmetric(const float* in, float* out, std::size_t g,
+                                          unsigned max_code) noexcept {
+  float amax = 0.0f;
+  for (std::size_t i = 0; i < g; ++i) amax = std::max(amax, std::fabs(in[i]));
+  const float mc = static_cast<float>(max_code);
+  const float s = amax / mc;
+  for (std::size_t i = 0; i < g; ++i)
+    out[i] = s > 0.0f ? std::clamp(std::nearbyint(in[i] / s), -mc, mc) * s : 0.0f;
+}
+
+/// One group fake-quantised to `spec`'s grid (asymmetric, symmetric, or kept: fp16 rounding).
+inline void fake_quantize_group(const float* in, float* out, std::size_t g,
+                                const QuantSpec& spec) noexcept {
+  if (spec.kept()) {
+    for (std::size_t i = 0; i < g; ++i) out[i] = kernels::f16_to_f32(kernels::f32_to_f16(in[i]));
+  } else if (spec.symmetric) {
+    fake_quantize_group_symmetric(in, out, g, spec.max_code());
+  } else {
+    fake_quantize_group(in, out, g, spec.max_code());
+  }
+}
+
 /// Fake-quantises W [n][k] in place, group by group. Errors: check_spec's, a size that is not
 /// n * k, a non-finite weight (naming its row and column).
 inline status fake_quantize(std::span<float> w, std::size_t n, std::size_t k,
@@ -80,7 +116,7 @@ inline status fake_quantize(std::span<float> w, std::size_t n, std::size_t k,
                         "w: non-finite value at row " + std::to_string(i / k) + ", column " +
                             std::to_string(i % k));
   for (std::size_t base = 0; base < w.size(); base += spec.group)
-    fake_quantize_group(w.data() + base, w.data() + base, spec.group, spec.max_code());
+    fake_quantize_group(w.data() + base, w.data() + base, spec.group, spec);
   return {};
 }
 
@@ -106,10 +142,12 @@ inline std::vector<float> mean_abs_columns(std::span<const float> x, std::size_t
   return out;
 }
 
-/// One linear's weights in a group being searched: W [n][k], fp32, row-major.
+/// One linear's weights in a group being searched: W [n][k], fp32, row-major, and the grid it
+/// is quantised to (null: the search's spec; its group must be the search's).
 struct WeightRef {
   std::span<const float> w;
   std::size_t n = 0;
+  const QuantSpec* spec = nullptr;
 };
 
 /// w_mean[c]: every (row, group) of the stacked weights normalised by its max |w| (+ 1e-6),
@@ -164,7 +202,7 @@ inline void scaled_fake_quantize(std::span<const float> w, std::size_t n, std::s
   for (std::size_t r = 0; r < n; ++r) {
     for (std::size_t c = 0; c < k; ++c) row[c] = w[r * k + c] * s[c];
     for (std::size_t g0 = 0; g0 < k; g0 += spec.group)
-      fake_quantize_group(row.data() + g0, row.data() + g0, spec.group, spec.max_code());
+      fake_quantize_group(row.data() + g0, row.data() + g0, spec.group, spec);
     for (std::size_t c = 0; c < k; ++c) out[r * k + c] = row[c] / s[c];
   }
 }
@@ -202,11 +240,19 @@ result<ScaleSearchResult> search_scales(std::span<const WeightRef> ws, std::size
     return make_error(errc::invalid_argument, where,
                       "needs at least one linear, x_mean of size k = " + std::to_string(k) +
                           " (got " + std::to_string(x_mean.size()) + ") and n_grid > 0");
-  for (std::size_t i = 0; i < ws.size(); ++i)
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    if (ws[i].spec != nullptr && ws[i].spec->group != spec.group)
+      return make_error(errc::invalid_argument, where,
+                        "linear " + std::to_string(i) + ": group " +
+                            std::to_string(ws[i].spec->group) + " differs from the search's " +
+                            std::to_string(spec.group));
+    if (ws[i].spec != nullptr)
+      if (auto st = check_spec(*ws[i].spec, k, where); !st) return st.error();
     if (ws[i].w.size() != ws[i].n * k)
       return make_error(errc::shape_mismatch, where,
                         "linear " + std::to_string(i) + ": size " + std::to_string(ws[i].w.size()) +
                             " != n * k = " + std::to_string(ws[i].n * k));
+  }
   for (std::size_t c = 0; c < k; ++c)
     if (!std::isfinite(x_mean[c]))
       return make_error(errc::invalid_argument, where,
@@ -217,7 +263,7 @@ result<ScaleSearchResult> search_scales(std::span<const WeightRef> ws, std::size
   for (std::size_t i = 0; i < ws.size(); ++i) fake[i].resize(ws[i].w.size());
   const auto evaluate = [&](std::span<const float> s) -> result<double> {
     for (std::size_t i = 0; i < ws.size(); ++i)
-      scaled_fake_quantize(ws[i].w, ws[i].n, k, s, spec, fake[i]);
+      scaled_fake_quantize(ws[i].w, ws[i].n, k, s, ws[i].spec ? *ws[i].spec : spec, fake[i]);
     const double l = loss(std::span<const std::vector<float>>(fake));
     if (!std::isfinite(l))
       return make_error(errc::invalid_argument, where, "the block's loss is not finite");
@@ -330,7 +376,7 @@ inline result<std::vector<float>> search_clip(std::span<const float> w, std::siz
         for (std::size_t s = 0; s < std::max<std::size_t>(1, steps); ++s) {
           const float mv = org_max * static_cast<float>(1.0 - double(s) / double(options.n_grid));
           for (std::size_t c = 0; c < G; ++c) clamped[c] = std::clamp(wg[c], -mv, mv);
-          fake_quantize_group(clamped.data(), clamped.data(), G, spec.max_code());
+          fake_quantize_group(clamped.data(), clamped.data(), G, spec);
           double err = 0.0;
           for (std::size_t i = 0; i < T; ++i) {
             float acc = 0.0f;
