@@ -6,8 +6,10 @@
 cmake_minimum_required(VERSION 3.21)
 execute_process(COMMAND "${C_EXAMPLE}" "${MODEL}" "${PROMPT}" "${TOKENS}"
                 OUTPUT_VARIABLE _c RESULT_VARIABLE _c_rc ERROR_VARIABLE _c_err)
+# The C API's default lm_head is the stored one (edgellm_engine_options.lm_head NULL), the CLI's
+# int8: the same lm_head on both sides, or a near tie may part them.
 execute_process(COMMAND "${CPP_TOOL}" --model "${MODEL}" --prompt "${PROMPT}" -n "${TOKENS}"
-                        --greedy --threads 1
+                        --greedy --threads 1 --lm-head f16
                 OUTPUT_VARIABLE _cpp RESULT_VARIABLE _cpp_rc ERROR_VARIABLE _cpp_err)
 if(NOT _c_rc EQUAL 0)
   message(FATAL_ERROR "${C_EXAMPLE} failed (${_c_rc}): ${_c_err}")
