@@ -152,11 +152,7 @@ inline result<std::vector<float>> read_f32(const io::Checkpoint& ckpt, const std
 inline void linear(std::span<const float> w, std::size_t n, std::size_t k,
                    std::span<const float> bias, const float* x, std::size_t m, float* y,
                    ThreadPool* pool) {
-  const auto* wb = reinterpret_cast<const std::byte*>(w.data());
-  const float* b = bias.empty() ? nullptr : bias.data();
-  parallel_for_balanced(pool, n, 16, [&](std::size_t r0, std::size_t r1) {
-    kernels::dense_matmul_rows(kernels::DenseType::f32, wb, k, x, k, m, b, y, n, r0, r1, nullptr);
-  });
+  matmul(w, n, k, std::span<const float>(x, m * k), m, std::span<float>(y, m * n), pool, bias);
 }
 
 /// A layer's weights in fp32 (the original ones until folded).
@@ -333,7 +329,7 @@ inline double mse(std::span<const float> a, std::span<const float> b) {
 class AttentionLoss {
  public:
   AttentionLoss(const AttentionCore& core, std::span<const float> xn, std::size_t m)
-      : core_(core), xn_(xn), m_(m) {
+      : core_(core), xn_(xn), m_(m), a_(m * core.layer->n[0]), o_(m * core.layer->n[3]) {
     const LayerF32& L = *core.layer;
     ref_ = output(L.w[0], L.w[1], L.w[2]);
   }
@@ -342,17 +338,18 @@ class AttentionLoss {
   }
 
  private:
-  std::vector<float> output(std::span<const float> wq, std::span<const float> wk,
-                            std::span<const float> wv) const {
+  // Into o_ (buffers reused across the 21 evaluations: no fresh pages per candidate).
+  const std::vector<float>& output(std::span<const float> wq, std::span<const float> wk,
+                                   std::span<const float> wv) {
     const LayerF32& L = *core_.layer;
-    std::vector<float> a(m_ * L.n[0]), o(m_ * L.n[3]);
-    core_.run(xn_.data(), m_, wq, wk, wv, a.data());
-    linear(L.w[3], L.n[3], L.k[3], L.b[3], a.data(), m_, o.data(), core_.pool);
-    return o;
+    core_.run(xn_.data(), m_, wq, wk, wv, a_.data());
+    linear(L.w[3], L.n[3], L.k[3], L.b[3], a_.data(), m_, o_.data(), core_.pool);
+    return o_;
   }
   const AttentionCore& core_;
   std::span<const float> xn_;
   std::size_t m_;
+  std::vector<float> a_, o_;  // [m][q_dim], [m][hidden]
   std::vector<float> ref_;
 };
 
@@ -361,7 +358,7 @@ class AttentionLoss {
 class MlpLoss {
  public:
   MlpLoss(const LayerF32& L, std::span<const float> xn, std::size_t m, ThreadPool* pool)
-      : L_(L), xn_(xn), m_(m), pool_(pool) {
+      : L_(L), xn_(xn), m_(m), pool_(pool), g_(m * L.n[4]), u_(m * L.n[5]), d_(m * L.n[6]) {
     ref_ = output(L.w[4], L.w[5]);
   }
   double operator()(std::span<const std::vector<float>> fake) {
@@ -369,18 +366,18 @@ class MlpLoss {
   }
 
  private:
-  std::vector<float> output(std::span<const float> wg, std::span<const float> wu) const {
-    std::vector<float> g(m_ * L_.n[4]), u(m_ * L_.n[5]), d(m_ * L_.n[6]);
-    linear(wg, L_.n[4], L_.k[4], L_.b[4], xn_.data(), m_, g.data(), pool_);
-    linear(wu, L_.n[5], L_.k[5], L_.b[5], xn_.data(), m_, u.data(), pool_);
-    kernels::silu_mul(g.data(), u.data(), g.size());
-    linear(L_.w[6], L_.n[6], L_.k[6], L_.b[6], g.data(), m_, d.data(), pool_);
-    return d;
+  const std::vector<float>& output(std::span<const float> wg, std::span<const float> wu) {
+    linear(wg, L_.n[4], L_.k[4], L_.b[4], xn_.data(), m_, g_.data(), pool_);
+    linear(wu, L_.n[5], L_.k[5], L_.b[5], xn_.data(), m_, u_.data(), pool_);
+    kernels::silu_mul(g_.data(), u_.data(), g_.size());
+    linear(L_.w[6], L_.n[6], L_.k[6], L_.b[6], g_.data(), m_, d_.data(), pool_);
+    return d_;
   }
   const LayerF32& L_;
   std::span<const float> xn_;
   std::size_t m_;
   ThreadPool* pool_;
+  std::vector<float> g_, u_, d_;  // [m][intermediate] x 2, [m][hidden]
   std::vector<float> ref_;
 };
 

@@ -120,13 +120,21 @@ inline status fake_quantize(std::span<float> w, std::size_t n, std::size_t k,
   return {};
 }
 
-/// Y [m][n] = X [m][k] W [n][k]^T in fp32 through the dense kernels, rows of W split over pool.
+/// Y [m][n] = X [m][k] W [n][k]^T (+ bias [n]) in fp32 through the dense kernels, rows of W split
+/// over pool. Tokens go through in chunks small enough for X's rows to stay in cache while the
+/// thread's rows of W stream past (the kernel reads all of X for each block of W rows).
 inline void matmul(std::span<const float> w, std::size_t n, std::size_t k,
-                   std::span<const float> x, std::size_t m, std::span<float> y, ThreadPool* pool) {
+                   std::span<const float> x, std::size_t m, std::span<float> y, ThreadPool* pool,
+                   std::span<const float> bias = {}) {
   const auto* wb = reinterpret_cast<const std::byte*>(w.data());
+  const float* b = bias.empty() ? nullptr : bias.data();
+  const std::size_t chunk = std::max<std::size_t>(8, (std::size_t{256} << 10) / (4 * k) / 8 * 8);
   parallel_for_balanced(pool, n, 16, [&](std::size_t r0, std::size_t r1) {
-    kernels::dense_matmul_rows(kernels::DenseType::f32, wb, k, x.data(), k, m, nullptr, y.data(),
-                               n, r0, r1, nullptr);
+    for (std::size_t t0 = 0; t0 < m; t0 += chunk) {
+      const std::size_t mc = std::min(chunk, m - t0);
+      kernels::dense_matmul_rows(kernels::DenseType::f32, wb, k, x.data() + t0 * k, k, mc, b,
+                                 y.data() + t0 * n, n, r0, r1, nullptr);
+    }
   });
 }
 
@@ -334,7 +342,8 @@ struct ClipSearchOptions {
 /// AutoAWQ's clipping search (_compute_best_clip) on W [n][k] with its (already scaled) inputs
 /// X [m][k]: for each (row, group), the clip value max_val = max|w| * (1 - i / n_grid) whose
 /// fake-quantised clamped weights give the least mean squared error of the group's partial dot
-/// products over the subsampled tokens. Returns max_val [n][k / group]. Rows split over pool.
+/// products over the subsampled tokens (evaluated as d^T H d through the group's Gram matrix H,
+/// the same quantity). Returns max_val [n][k / group]. Groups, then rows, split over pool.
 inline result<std::vector<float>> search_clip(std::span<const float> w, std::size_t n,
                                               std::size_t k, std::span<const float> x,
                                               std::size_t m, const QuantSpec& spec,
@@ -350,40 +359,50 @@ inline result<std::vector<float>> search_clip(std::span<const float> w, std::siz
   const std::size_t step = std::max<std::size_t>(1, m / std::max<std::size_t>(1, options.n_sample_tokens));
   std::vector<std::size_t> tokens;
   for (std::size_t t = 0; t < m; t += step) tokens.push_back(t);
-  const std::size_t G = spec.group, ng = k / G, T = tokens.size();
+  const std::size_t G = spec.group, ng = k / G;
   const auto steps = static_cast<std::size_t>(options.max_shrink * double(options.n_grid));
   std::vector<float> best(n * ng);
-  // Tokens' inputs gathered per group once: xs[g][t][G], so each (row, group) reads contiguously.
-  std::vector<float> xs(ng * T * G);
-  for (std::size_t g = 0; g < ng; ++g)
-    for (std::size_t i = 0; i < T; ++i)
-      std::copy_n(x.data() + tokens[i] * k + g * G, G, xs.data() + (g * T + i) * G);
+  // The error of a candidate d = W'_g - W_g over the tokens is sum_t (x_t . d)^2 = d^T H_g d with
+  // H_g = sum_t x_t x_t^T, the group's [G][G] Gram matrix: computed once per group for all rows,
+  // then each (row, group, shrink step) costs G^2 multiply-adds instead of T x G.
+  std::vector<float> gram(ng * G * G, 0.0f);
+  parallel_for_balanced(pool, ng, 1, [&](std::size_t g0, std::size_t g1) {
+    for (std::size_t g = g0; g < g1; ++g) {
+      float* H = gram.data() + g * G * G;
+      for (std::size_t t : tokens) {
+        const float* xg = x.data() + t * k + g * G;
+        for (std::size_t i = 0; i < G; ++i) {
+          const float xi = xg[i];
+          float* Hi = H + i * G;
+          for (std::size_t j = 0; j < G; ++j) Hi[j] += xi * xg[j];
+        }
+      }
+    }
+  });
   parallel_for_balanced(pool, n, 4, [&](std::size_t r0, std::size_t r1) {
-    std::vector<float> clamped(G), ref(T);
+    std::vector<float> clamped(G), d(G), hd(G);
     for (std::size_t r = r0; r < r1; ++r) {
       for (std::size_t g = 0; g < ng; ++g) {
         const float* wg = w.data() + r * k + g * G;
-        const float* xg = xs.data() + g * T * G;
+        const float* H = gram.data() + g * G * G;
         float org_max = 0.0f;
         for (std::size_t c = 0; c < G; ++c) org_max = std::max(org_max, std::fabs(wg[c]));
-        for (std::size_t i = 0; i < T; ++i) {
-          float acc = 0.0f;
-          for (std::size_t c = 0; c < G; ++c) acc += xg[i * G + c] * wg[c];
-          ref[i] = acc;
-        }
         double best_err = std::numeric_limits<double>::infinity();
         float best_max = org_max;
         for (std::size_t s = 0; s < std::max<std::size_t>(1, steps); ++s) {
           const float mv = org_max * static_cast<float>(1.0 - double(s) / double(options.n_grid));
           for (std::size_t c = 0; c < G; ++c) clamped[c] = std::clamp(wg[c], -mv, mv);
           fake_quantize_group(clamped.data(), clamped.data(), G, spec);
-          double err = 0.0;
-          for (std::size_t i = 0; i < T; ++i) {
-            float acc = 0.0f;
-            for (std::size_t c = 0; c < G; ++c) acc += xg[i * G + c] * clamped[c];
-            const double d = double(acc) - double(ref[i]);
-            err += d * d;
+          for (std::size_t c = 0; c < G; ++c) d[c] = clamped[c] - wg[c];
+          // hd = H d as a sum of H's rows (H is symmetric) scaled by d: vectorisable axpys.
+          std::fill(hd.begin(), hd.end(), 0.0f);
+          for (std::size_t j = 0; j < G; ++j) {
+            const float dj = d[j];
+            const float* Hj = H + j * G;
+            for (std::size_t i = 0; i < G; ++i) hd[i] += Hj[i] * dj;
           }
+          double err = 0.0;
+          for (std::size_t c = 0; c < G; ++c) err += double(d[c]) * double(hd[c]);
           if (err < best_err) {  // strict: ties keep the least clipping
             best_err = err;
             best_max = mv;
