@@ -331,6 +331,19 @@ class WeightLoader {
     return packed;
   }
 
+  /// A dense fp32 [n][k] matrix whose row r `row(r, out)` writes (reference mode's dequantised
+  /// linears).
+  template <class RowFn>
+  result<DenseMatrix> dequantised(const std::string& prefix, std::size_t n, std::size_t k,
+                                  RowFn row) const {
+    std::vector<float> w;
+    if (auto st = edgellm::detail::try_resize(w, n * k, kWhere, prefix + " (dequantised fp32)");
+        !st)
+      return st.error();
+    for (std::size_t r = 0; r < n; ++r) row(r, w.data() + r * k);
+    return DenseMatrix::from_f32(w, n, k);
+  }
+
   /// An AutoAWQ linear `prefix` (qweight, qzeros, scales) with n outputs and k inputs, imported
   /// exactly; packed to int4, or dequantised to dense fp32 in reference mode.
   result<Linear> awq_linear(const std::string& prefix, std::size_t n, std::size_t k,
@@ -379,14 +392,10 @@ class WeightLoader {
     Linear lin;
     if (opts_.fp32_reference) {
       // AutoAWQ's dequantisation: one rounding of (q - z) * s to fp16 (docs/formats.md 1.3).
-      std::vector<float> w;
-      if (auto st = edgellm::detail::try_resize(w, n * k, kWhere, prefix + " (dequantised fp32)");
-          !st)
-        return st.error();
-      for (std::size_t r = 0; r < n; ++r)
+      auto d = dequantised(prefix, n, k, [&](std::size_t r, float* out) {
         for (std::size_t c = 0; c < k; ++c)
-          w[r * k + c] = kernels::f16_to_f32(kernels::f32_to_f16(u->weight(r, c)));
-      auto d = DenseMatrix::from_f32(w, n, k);
+          out[c] = kernels::f16_to_f32(kernels::f32_to_f16(u->weight(r, c)));
+      });
       if (!d) return d.error();
       lin.dense = std::move(*d);
     } else {
@@ -441,12 +450,7 @@ class WeightLoader {
     }
     Linear lin;
     if (opts_.fp32_reference) {
-      std::vector<float> w;
-      if (auto st = edgellm::detail::try_resize(w, n * k, kWhere, prefix + " (dequantised fp32)");
-          !st)
-        return st.error();
-      for (std::size_t r = 0; r < n; ++r) m->row(r, w.data() + r * k);
-      auto d = DenseMatrix::from_f32(w, n, k);
+      auto d = dequantised(prefix, n, k, [&](std::size_t r, float* out) { m->row(r, out); });
       if (!d) return d.error();
       lin.dense = std::move(*d);
     } else {
