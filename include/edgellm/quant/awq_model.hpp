@@ -655,32 +655,25 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       ql.k = W.k[i];
       ql.bias = std::move(W.b[i]);
       const std::string what = "model.layers." + std::to_string(li) + "." + ql.name;
+      const auto named = [&](error e) {  // the linear's name in front of the message
+        e.message = what + ": " + e.message;
+        return e;
+      };
       ql.spec = spec[static_cast<std::size_t>(i)];
       if (ql.spec.bits == 8) {  // symmetric int8: the codes Q8Matrix runs
         auto q = kernels::quantize_q8(W.w[i], W.n[i], W.k[i], ql.spec.group);
-        if (!q) {
-          error e = q.error();
-          e.message = what + ": " + e.message;
-          return e;
-        }
+        if (!q) return named(q.error());
         ql.weight.resize(W.n[i] * W.k[i]);
         for (std::size_t r = 0; r < W.n[i]; ++r) q->row(r, ql.weight.data() + r * W.k[i]);
         ql.q8 = std::move(*q);
       } else if (ql.spec.bits == 4) {
         auto q = kernels::quantize_rtn(W.w[i], W.n[i], W.k[i], opt.spec.group);
-        if (!q) {
-          error e = q.error();
-          e.message = what + ": " + e.message;
-          return e;
-        }
+        if (!q) return named(q.error());
         ql.weight = kernels::dequantize(*q);
         ql.q4 = std::move(*q);
       } else {
-        if (auto st = fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec); !st) {
-          error e = st.error();
-          e.message = what + ": " + e.message;
-          return e;
-        }
+        if (auto st = fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec); !st)
+          return named(st.error());
         ql.weight = std::move(W.w[i]);
       }
       W.w[i] = {};
