@@ -24,10 +24,12 @@ Q8Matrix random_q8(std::mt19937_64& rng, std::size_t n, std::size_t k, std::size
 struct Shape {
   std::size_t n, k, G, m;
 };
-// Odd n, k = 128 * j and k that only a group of 64 or 32 divides, m = 1 and m > 1.
+// Odd n, k = 128 * j and k that only a group of 64 or 32 divides, m = 1 and m > 1; group counts
+// below, at and past a multiple of the AVX-512 kernel's block of four groups.
 const Shape kShapes[] = {{1, 128, 128, 1},  {17, 384, 128, 1}, {33, 256, 128, 3},
                          {7, 192, 64, 1},   {21, 192, 64, 5},  {19, 96, 32, 1},
-                         {5, 160, 32, 9},   {40, 512, 128, 2}};
+                         {5, 160, 32, 9},   {40, 512, 128, 2}, {9, 1152, 128, 2},
+                         {6, 640, 64, 1}};
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("int8 exact gemv/gemm match the scalar twin", "[kernels][q8]",
@@ -102,6 +104,37 @@ TEST_CASE("int8 gemv/gemm are bit-identical for every thread count", "[kernels][
       REQUIRE(gemm(w, x, 6, y, {}, {pool->get(), path}));
       REQUIRE(std::memcmp(y.data(), y1.data(), y.size() * 4) == 0);
     }
+  }
+}
+
+TEST_CASE("int8 fast path is exact at the extreme codes on every ISA", "[kernels][q8]") {
+  // Codes +-127 against activations +-127 (each group's values of one magnitude): the largest
+  // group dots any kernel must hold, with the signs that cancel and those that add up.
+  const std::size_t n = 6, k = 1024, G = 128;
+  std::vector<float> wf(n * k), x(k);
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t c = 0; c < k; ++c) wf[r * k + c] = (r % 2 == 0 || c % 3 == 0) ? 1.0f : -1.0f;
+  for (std::size_t c = 0; c < k; ++c) x[c] = (c / G) % 2 == 0 ? 2.0f : (c % 2 ? -2.0f : 2.0f);
+  auto w = quantize_q8(wf, n, k, G);
+  REQUIRE(w);
+  std::vector<std::byte> abuf(q8_activation_bytes(1, k, G) + 64);
+  auto* base = reinterpret_cast<std::byte*>(
+      (reinterpret_cast<std::uintptr_t>(abuf.data()) + 63) / 64 * 64);
+  const Q8ActivationsView a = make_q8_view(base, 1, k, G);
+  reference::quantize_activations_q8(x.data(), k, a);
+  std::vector<float> yref(n);
+  reference::gemm_q8_fast(*w, a, nullptr, yref.data(), n);
+  for (std::size_t r = 0; r < n; ++r) {
+    double expect = 0.0;
+    for (std::size_t c = 0; c < k; ++c) expect += static_cast<double>(wf[r * k + c]) * x[c];
+    REQUIRE(yref[r] == Approx(expect).margin(1e-3));
+  }
+  for (Isa isa : kAllIsas) {
+    if (!isa_supported(isa)) continue;
+    INFO("isa " << isa_name(isa));
+    std::vector<float> y(n);
+    REQUIRE(gemv(*w, x, y, {}, {nullptr, MatmulPath::fast, isa}));
+    REQUIRE(std::memcmp(y.data(), yref.data(), n * 4) == 0);
   }
 }
 

@@ -21,9 +21,7 @@
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
-#if EDGELLM_X86_MICROKERNELS
-#include <immintrin.h>
-#endif
+#include "edgellm/kernels/arch/x86_q8_fast.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -101,43 +99,6 @@ void gemm_q8_fast_rows(const Q8Matrix& w, const Q8ActivationsView& a, const floa
   }
 }
 
-#if EDGELLM_X86_MICROKERNELS
-/// gemm_q8_fast_rows with the integer dots in AVX2 (compiled for it by attribute, called only
-/// when CPUID has it): |q| * (xq * sign(q)) by vpmaddubsw (at most 2 * 127 * 127 per 16-bit
-/// lane: no saturation), then vpmaddwd into 32-bit lanes. The dots are exact, the epilogue is
-/// the same scalar code, so the result equals the twin bit for bit.
-__attribute__((target("avx2"))) inline void gemm_q8_fast_rows_avx2(
-    const Q8Matrix& w, const Q8ActivationsView& a, const float* bias, float* EDGELLM_RESTRICT y,
-    std::size_t ldy, std::size_t r0, std::size_t r1) noexcept {
-  const std::size_t ng = w.n_groups(), k = w.k(), G = w.group_size();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (std::size_t r = r0; r < r1; ++r) {
-    const std::int8_t* q = w.codes(r);
-    const float* s = w.scales(r);
-    for (std::size_t i = 0; i < a.m; ++i) {
-      const std::int8_t* xq = a.q + i * k;
-      const float* dx = a.scale + i * ng;
-      float acc = 0.0f;
-      for (std::size_t g = 0; g < ng; ++g) {
-        __m256i sum = _mm256_setzero_si256();
-        for (std::size_t c = g * G; c < (g + 1) * G; c += 32) {
-          const __m256i vq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c));
-          const __m256i vx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + c));
-          const __m256i p =
-              _mm256_maddubs_epi16(_mm256_sign_epi8(vq, vq), _mm256_sign_epi8(vx, vq));
-          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
-        }
-        const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(sum),
-                                        _mm256_extracti128_si256(sum, 1));
-        const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-        const std::int32_t dot = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xB1)));
-        acc = std::fma(static_cast<float>(dot), s[g] * dx[g], acc);
-      }
-      y[i * ldy + r] = acc + (bias ? bias[r] : 0.0f);
-    }
-  }
-}
-#endif
 
 namespace detail {
 inline status check_q8_args(std::string_view where, const Q8Matrix& w, std::size_t m,
@@ -201,8 +162,8 @@ status run_q8(std::string_view where, const Q8Matrix& w, const float* x, std::si
     });
     return {};
   }
-  // Two microkernels: AVX2 for the x86 families, the compiler-vectorised one otherwise (NEON
-  // included); an ISA is checked so that forcing one the CPU lacks is the same error as for int4.
+  // Microkernels: AVX-512 VNNI (group sizes that are multiples of 64), AVX2 for the other x86
+  // families, the compiler-vectorised one otherwise (NEON included); an ISA is checked so that forcing one the CPU lacks is the same error as for int4.
   const Isa isa = opts.isa == Isa::best ? best_isa() : opts.isa;
   if (!isa_supported(isa)) {
     return make_error(errc::unsupported, where,
@@ -218,10 +179,17 @@ status run_q8(std::string_view where, const Q8Matrix& w, const float* x, std::si
   const Q8ActivationsView a = make_q8_view(buf, m, k, G);
   quantize_activations_q8<Arch>(x, ldx, a, 0, m);
 #if EDGELLM_X86_MICROKERNELS
+  if (isa == Isa::avx512_vnni && G % 64 == 0) {
+    parallel_for_balanced(opts.pool, blocks, grain, [&](std::size_t b0, std::size_t b1) {
+      const auto [r0, r1] = rows(b0, b1);
+      arch::gemm_q8_fast_rows_avx512_vnni(w, a, bias, y, ldy, r0, r1);
+    });
+    return {};
+  }
   if (isa == Isa::avx2 || isa == Isa::avx_vnni || isa == Isa::avx512_vnni) {
     parallel_for_balanced(opts.pool, blocks, grain, [&](std::size_t b0, std::size_t b1) {
       const auto [r0, r1] = rows(b0, b1);
-      gemm_q8_fast_rows_avx2(w, a, bias, y, ldy, r0, r1);
+      arch::gemm_q8_fast_rows_avx2(w, a, bias, y, ldy, r0, r1);
     });
     return {};
   }
