@@ -21,6 +21,7 @@
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
+#include "edgellm/kernels/arch/neon_q8_fast.hpp"
 #include "edgellm/kernels/arch/x86_q8_fast.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -163,7 +164,9 @@ status run_q8(std::string_view where, const Q8Matrix& w, const float* x, std::si
     return {};
   }
   // Microkernels: AVX-512 VNNI (group sizes that are multiples of 64), AVX2 for the other x86
-  // families, the compiler-vectorised one otherwise (NEON included); an ISA is checked so that forcing one the CPU lacks is the same error as for int4.
+  // families, SDOT on arm64 cores with dotprod, the compiler-vectorised one otherwise (plain
+  // NEON included); an ISA is checked so that forcing one the CPU lacks is the same error as
+  // for int4.
   const Isa isa = opts.isa == Isa::best ? best_isa() : opts.isa;
   if (!isa_supported(isa)) {
     return make_error(errc::unsupported, where,
@@ -190,6 +193,15 @@ status run_q8(std::string_view where, const Q8Matrix& w, const float* x, std::si
     parallel_for_balanced(opts.pool, blocks, grain, [&](std::size_t b0, std::size_t b1) {
       const auto [r0, r1] = rows(b0, b1);
       arch::gemm_q8_fast_rows_avx2(w, a, bias, y, ldy, r0, r1);
+    });
+    return {};
+  }
+#endif
+#if EDGELLM_NEON_MICROKERNELS
+  if (isa == Isa::neon_dotprod || isa == Isa::neon_i8mm) {
+    parallel_for_balanced(opts.pool, blocks, grain, [&](std::size_t b0, std::size_t b1) {
+      const auto [r0, r1] = rows(b0, b1);
+      arch::gemm_q8_fast_rows_dotprod(w, a, bias, y, ldy, r0, r1);
     });
     return {};
   }
