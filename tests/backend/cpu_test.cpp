@@ -229,3 +229,61 @@ TEST_CASE("Cpu backend: ops are the kernels' on its own buffers", "[backend]") {
   }
   REQUIRE(b->finish());
 }
+
+TEST_CASE("Cpu backend: attention forks only when the work is worth it, with the same bits",
+          "[backend]") {
+  // heads 8 x head_dim 64: 1024 multiply-adds per position, so a decode step at position 12
+  // stays on the caller and a 96-token prefill chunk (~4.7 M) forks.
+  edgellm::backend::ModelShape shape;
+  shape.hidden = 512;
+  shape.intermediate = 64;
+  shape.heads = 8;
+  shape.kv_heads = 2;
+  shape.head_dim = 64;
+  shape.vocab = 4;
+  shape.max_batch = 96;
+  shape.rms_norm_eps = 1e-5f;
+  shape.rope_inv_freq.assign(32, 0.5f);
+  REQUIRE_FALSE(edgellm::cache::attention_worth_forking(1, 12, 8, 64));
+  REQUIRE(edgellm::cache::attention_worth_forking(96, 0, 8, 64));
+  auto pool = ThreadPool::create(2);
+  REQUIRE(pool);
+  edgellm::backend::Options with_pool;
+  with_pool.pool = pool->get();
+  auto rng = edgellm::test::make_rng(11);
+  const auto qs = edgellm::test::random_floats(rng, 96 * 512);
+  const auto ks = edgellm::test::random_floats(rng, 96 * 128);
+  const auto vs = edgellm::test::random_floats(rng, 96 * 128);
+  // Runs a 96-token chunk, then one decode token at 96, on a fresh cache; returns both outputs
+  // and the pool's fork-joins in each call.
+  const auto run = [&](const edgellm::backend::Options& options, std::vector<float>& out,
+                       std::uint64_t& prefill_regions, std::uint64_t& decode_regions) {
+    auto b = Cpu::create(shape, options);
+    REQUIRE(b);
+    auto cache = edgellm::cache::KVCacheQ8::create(1, 2, 64, 128);
+    REQUIRE(cache);
+    auto q = b->activation(512), k = b->activation(128), v = b->activation(128),
+         o = b->activation(512);
+    REQUIRE((q && k && v && o));
+    std::copy(qs.begin(), qs.end(), q->data.begin());
+    std::copy(ks.begin(), ks.end(), k->data.begin());
+    std::copy(vs.begin(), vs.end(), v->data.begin());
+    std::uint64_t r0 = (*pool)->regions();
+    REQUIRE(b->attention(*cache, 0, 0, 96, *q, *k, *v, *o));
+    prefill_regions = (*pool)->regions() - r0;
+    out.assign(o->data.begin(), o->data.begin() + 96 * 512);
+    r0 = (*pool)->regions();
+    REQUIRE(b->attention(*cache, 0, 96, 1, *q, *k, *v, *o));
+    decode_regions = (*pool)->regions() - r0;
+    out.insert(out.end(), o->data.begin(), o->data.begin() + 512);
+  };
+  std::vector<float> serial, parallel;
+  std::uint64_t sp = 0, sd = 0, pp = 0, pd = 0;
+  run({}, serial, sp, sd);
+  run(with_pool, parallel, pp, pd);
+  CHECK(sp == 0);
+  CHECK(sd == 0);
+  CHECK(pp >= 1);  // the prefill chunk is split over the pool
+  CHECK(pd == 0);  // the short decode step is not
+  REQUIRE(parallel == serial);
+}

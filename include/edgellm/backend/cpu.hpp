@@ -6,6 +6,7 @@
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/backend/host_state.hpp"
 #include "edgellm/backend/profile.hpp"
+#include "edgellm/cache/attention.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/detail/aligned_buffer.hpp"
@@ -212,8 +213,13 @@ class Cpu {
                                std::span<const float>(v.data.first(rows * v.cols)));
         !st)
       return st;
+    // A short decode step runs on this thread: its fork-join would cost more than it saves.
+    const std::size_t heads = host_.shape().heads;
+    ThreadPool* pool = cache::attention_worth_forking(rows, first_pos, heads, host_.shape().head_dim)
+                           ? mo_.pool
+                           : nullptr;
     return cache.attend(layer, std::span<const float>(q.data.first(rows * q.cols)), rows, first_pos,
-                        host_.shape().heads, out.data.first(rows * q.cols), mo_.pool);
+                        heads, out.data.first(rows * q.cols), pool);
   }
 
   void silu_mul(Tensor g, Tensor u, std::size_t rows) {

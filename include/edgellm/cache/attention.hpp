@@ -48,6 +48,26 @@ inline float attention_scale(std::size_t head_dim) noexcept {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
+/// Multiply-adds below which one attend call is not split over a pool: small enough that waking
+/// a worker and joining it costs a good share of the work saved (docs/performance.md, "Where a
+/// decode token's time goes"). A decode step at short context falls below it; a prefill chunk
+/// or a decode step past a few hundred positions is above it.
+inline constexpr std::size_t kAttentionForkMinMacs = std::size_t{1} << 20;
+
+/// Multiply-adds of one attend call: n_q queries at positions first_pos .., query i over the
+/// first_pos + i + 1 positions it sees, QK^T and the weighted sum of V for each of `heads`.
+inline constexpr std::size_t attention_macs(std::size_t n_q, std::size_t first_pos,
+                                            std::size_t heads, std::size_t head_dim) noexcept {
+  return (n_q * first_pos + n_q * (n_q + 1) / 2) * heads * head_dim * 2;
+}
+
+/// Whether an attend call is worth a fork-join (kAttentionForkMinMacs). Only a scheduling
+/// choice: attention's results do not depend on the pool.
+inline constexpr bool attention_worth_forking(std::size_t n_q, std::size_t first_pos,
+                                              std::size_t heads, std::size_t head_dim) noexcept {
+  return attention_macs(n_q, first_pos, heads, head_dim) >= kAttentionForkMinMacs;
+}
+
 namespace detail {
 
 /// Positions per key tile. Keys are stored transposed within a tile, [head_dim][kTile], so that
