@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/backend/vulkan/pipeline.hpp: workgroup sizes from device limits, and the
-// pipeline's argument errors.
+// Tests for edgellm/backend/vulkan/pipeline.hpp: workgroup sizes from device limits, the
+// pipeline's argument errors, and descriptor sets made per recording.
 #include "edgellm/backend/vulkan/pipeline.hpp"
 
 #include "backend/vulkan/test_device.hpp"
@@ -51,6 +51,43 @@ TEST_CASE("pipeline arguments are checked", "[vulkan][pipeline]") {
     REQUIRE(p->bind(two));
     vk::ComputePipeline moved = std::move(*p);
     CHECK(moved.workgroup_size() == 64);
+  }
+  test::require_no_validation_messages(*log);
+}
+
+TEST_CASE("a pipeline makes one descriptor set per set of buffers", "[vulkan][pipeline]") {
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto dev = test::vulkan_test_device();
+    if (!dev) return;
+    log = dev->validation_log();
+    vk::ComputePipeline empty;
+    auto buf = vk::Buffer::create(*dev, 64, "b");
+    REQUIRE(buf);
+    const vk::Buffer* two[] = {&*buf, &*buf};
+    auto none = empty.make_set(two);
+    REQUIRE_FALSE(none);
+    CHECK_THAT(none.error().message, Contains("an empty pipeline"));
+    auto p = vk::ComputePipeline::create(*dev, "probe", vk::spirv::kMembwProbeSpv, 2, 8, 64);
+    REQUIRE(p);
+    CHECK(p->bindings() == 2);
+    CHECK(p->push_bytes() == 8);
+    CHECK(p->device() == dev.get());
+    const vk::Buffer* one[] = {&*buf};
+    auto bad = p->make_set(one);
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().code == errc::invalid_argument);
+    CHECK_THAT(bad.error().message, Contains("make_set: 1 buffers for 2 bindings"));
+    const vk::Buffer* with_null[] = {&*buf, nullptr};
+    auto null_set = p->make_set(with_null);
+    REQUIRE_FALSE(null_set);
+    CHECK_THAT(null_set.error().message, Contains("binding 1: a null or empty buffer"));
+    auto a = p->make_set(two);
+    auto b = p->make_set(two);
+    REQUIRE((a && b));
+    CHECK(a->handle() != b->handle());  // independent sets of one layout
+    vk::DescriptorSet moved = std::move(*a);
+    CHECK(moved.handle() != VK_NULL_HANDLE);
   }
   test::require_no_validation_messages(*log);
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// A compute pipeline over embedded SPIR-V: shader module, one descriptor set of storage buffers
-// (bindings 0..n-1), a push-constant block, and the workgroup size as specialization constant 0.
+// A compute pipeline over embedded SPIR-V: shader module, one descriptor set layout of storage
+// buffers (bindings 0..n-1), a push-constant block, and the workgroup size as specialization
+// constant 0. Either one built-in set (bind() + record(cmd, ...)) or any number of sets made by
+// make_set(), so one pipeline is recorded many times with different buffers.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +32,41 @@ inline std::uint32_t choose_workgroup_size(const DeviceInfo& info, std::uint32_t
     cap = std::min(cap, info.shared_memory_bytes / shared_bytes_per_invocation);
   return std::max(std::bit_floor(std::max(cap, 1u)), minimum);
 }
+
+/// A descriptor set of one pipeline's layout pointing at fixed buffers (whole buffers), from its
+/// own small pool. Move-only; the Device must outlive it, and the buffers must outlive every
+/// submission of commands recorded with it.
+class DescriptorSet {
+ public:
+  DescriptorSet() = default;
+  DescriptorSet(DescriptorSet&& o) noexcept { *this = std::move(o); }
+  DescriptorSet& operator=(DescriptorSet&& o) noexcept {
+    if (this != &o) {
+      reset();
+      dev_ = std::exchange(o.dev_, nullptr);
+      pool_ = std::exchange(o.pool_, VK_NULL_HANDLE);
+      set_ = std::exchange(o.set_, VK_NULL_HANDLE);
+    }
+    return *this;
+  }
+  DescriptorSet(const DescriptorSet&) = delete;
+  DescriptorSet& operator=(const DescriptorSet&) = delete;
+  ~DescriptorSet() { reset(); }
+
+  VkDescriptorSet handle() const noexcept { return set_; }
+
+ private:
+  friend class ComputePipeline;
+  void reset() noexcept {
+    if (dev_ && pool_) dev_->fn().vkDestroyDescriptorPool(dev_->handle(), pool_, nullptr);
+    dev_ = nullptr;
+    pool_ = VK_NULL_HANDLE;
+    set_ = VK_NULL_HANDLE;
+  }
+  Device* dev_ = nullptr;
+  VkDescriptorPool pool_ = VK_NULL_HANDLE;  // destroying it frees set_
+  VkDescriptorSet set_ = VK_NULL_HANDLE;
+};
 
 class ComputePipeline {
  public:
@@ -123,64 +160,126 @@ class ComputePipeline {
       p.pipeline_ = VK_NULL_HANDLE;
       return vk_error(r, where, "vkCreateComputePipelines");
     }
-    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, bindings};
+    if (auto st = p.allocate_set(p.pool_, p.set_); !st) return st.error();
+    return p;
+  }
+
+  /// Points binding i of the built-in set at buffers[i] (whole buffer). Before recording a
+  /// dispatch with record(cmd, push, ...); the set is shared by every such recording.
+  status bind(std::span<const Buffer* const> buffers) {
+    if (auto st = check_buffers(buffers, "bind"); !st) return st;
+    write_set(set_, buffers);
+    return {};
+  }
+
+  /// A new descriptor set with binding i at buffers[i] (whole buffer), for
+  /// record(cmd, set, ...). Errors name the binding: a wrong count, a null or empty buffer, or one
+  /// larger than the device's maxStorageBufferRange.
+  result<DescriptorSet> make_set(std::span<const Buffer* const> buffers) const {
+    if (auto st = check_buffers(buffers, "make_set"); !st) return st.error();
+    DescriptorSet s;
+    s.dev_ = dev_;
+    if (auto st = allocate_set(s.pool_, s.set_); !st) return st.error();
+    write_set(s.set_, buffers);
+    return s;
+  }
+
+  /// Records bind + push constants + dispatch of (x, y, 1) workgroups into `cmd`.
+  void record(VkCommandBuffer cmd, const void* push, std::uint32_t groups_x,
+              std::uint32_t groups_y = 1) const {
+    record_with(cmd, set_, push, groups_x, groups_y);
+  }
+
+  /// Records bind + push constants + dispatch of (x, y, 1) workgroups with `set` (made by this
+  /// pipeline's make_set()) into `cmd`.
+  void record(VkCommandBuffer cmd, const DescriptorSet& set, const void* push,
+              std::uint32_t groups_x, std::uint32_t groups_y = 1) const {
+    record_with(cmd, set.handle(), push, groups_x, groups_y);
+  }
+
+  std::uint32_t workgroup_size() const noexcept { return workgroup_size_; }
+  std::uint32_t bindings() const noexcept { return bindings_; }
+  std::uint32_t push_bytes() const noexcept { return push_bytes_; }
+  Device* device() const noexcept { return dev_; }  ///< null for an empty pipeline
+
+ private:
+  void record_with(VkCommandBuffer cmd, VkDescriptorSet set, const void* push,
+                   std::uint32_t groups_x, std::uint32_t groups_y) const {
+    const auto& f = dev_->fn();
+    f.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
+    f.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set, 0, nullptr);
+    if (push_bytes_)
+      f.vkCmdPushConstants(cmd, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes_, push);
+    f.vkCmdDispatch(cmd, groups_x, groups_y, 1);
+  }
+
+  status check_buffers(std::span<const Buffer* const> buffers, const char* what) const {
+    if (!dev_) return make_error(errc::invalid_argument, "vulkan pipeline", "an empty pipeline");
+    if (buffers.size() != bindings_) {
+      return make_error(errc::invalid_argument, "vulkan pipeline",
+                        std::string(what) + ": " + std::to_string(buffers.size()) +
+                            " buffers for " + std::to_string(bindings_) + " bindings");
+    }
+    for (std::uint32_t i = 0; i < bindings_; ++i) {
+      const Buffer* b = buffers[i];
+      if (!b || !b->handle()) {
+        return make_error(
+            errc::invalid_argument, "vulkan pipeline",
+            std::string(what) + ": binding " + std::to_string(i) + ": a null or empty buffer");
+      }
+      if (b->size() > dev_->info().max_storage_buffer_range) {
+        return make_error(errc::unsupported, "vulkan pipeline",
+                          std::string(what) + ": binding " + std::to_string(i) + " (" + b->name() +
+                              "): " + std::to_string(b->size()) +
+                              " bytes exceed the device's maxStorageBufferRange of " +
+                              std::to_string(dev_->info().max_storage_buffer_range));
+      }
+    }
+    return {};
+  }
+
+  // A pool holding exactly one set of this layout.
+  status allocate_set(VkDescriptorPool& pool, VkDescriptorSet& set) const {
+    const auto& f = dev_->fn();
+    const VkDevice d = dev_->handle();
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, bindings_};
     VkDescriptorPoolCreateInfo pci{};
     pci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
     pci.maxSets = 1;
     pci.poolSizeCount = 1;
     pci.pPoolSizes = &size;
-    if (auto r = f.vkCreateDescriptorPool(d, &pci, nullptr, &p.pool_); r != VK_SUCCESS) {
-      p.pool_ = VK_NULL_HANDLE;
-      return vk_error(r, where, "vkCreateDescriptorPool");
+    if (auto r = f.vkCreateDescriptorPool(d, &pci, nullptr, &pool); r != VK_SUCCESS) {
+      pool = VK_NULL_HANDLE;
+      return vk_error(r, "vulkan pipeline", "vkCreateDescriptorPool");
     }
     VkDescriptorSetAllocateInfo ai{};
     ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
-    ai.descriptorPool = p.pool_;
+    ai.descriptorPool = pool;
     ai.descriptorSetCount = 1;
-    ai.pSetLayouts = &p.set_layout_;
-    if (auto r = f.vkAllocateDescriptorSets(d, &ai, &p.set_); r != VK_SUCCESS)
-      return vk_error(r, where, "vkAllocateDescriptorSets");
-    return p;
+    ai.pSetLayouts = &set_layout_;
+    if (auto r = f.vkAllocateDescriptorSets(d, &ai, &set); r != VK_SUCCESS) {
+      set = VK_NULL_HANDLE;
+      return vk_error(r, "vulkan pipeline", "vkAllocateDescriptorSets");
+    }
+    return {};
   }
 
-  /// Points binding i at buffers[i] (whole buffer). Before recording a dispatch.
-  status bind(std::span<const Buffer* const> buffers) {
-    if (buffers.size() != bindings_) {
-      return make_error(errc::invalid_argument, "vulkan pipeline",
-                        "bind: " + std::to_string(buffers.size()) + " buffers for " +
-                            std::to_string(bindings_) + " bindings");
-    }
+  void write_set(VkDescriptorSet set, std::span<const Buffer* const> buffers) const {
     std::vector<VkDescriptorBufferInfo> info(bindings_);
     std::vector<VkWriteDescriptorSet> writes(bindings_);
     for (std::uint32_t i = 0; i < bindings_; ++i) {
       info[i] = {buffers[i]->handle(), 0, VK_WHOLE_SIZE};
       writes[i] = {};
       writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-      writes[i].dstSet = set_;
+      writes[i].dstSet = set;
       writes[i].dstBinding = i;
       writes[i].descriptorCount = 1;
       writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
       writes[i].pBufferInfo = &info[i];
     }
     dev_->fn().vkUpdateDescriptorSets(dev_->handle(), bindings_, writes.data(), 0, nullptr);
-    return {};
   }
 
-  /// Records bind + push constants + dispatch of (x, y, 1) workgroups into `cmd`.
-  void record(VkCommandBuffer cmd, const void* push, std::uint32_t groups_x,
-              std::uint32_t groups_y = 1) const {
-    const auto& f = dev_->fn();
-    f.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
-    f.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set_, 0,
-                              nullptr);
-    if (push_bytes_)
-      f.vkCmdPushConstants(cmd, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes_, push);
-    f.vkCmdDispatch(cmd, groups_x, groups_y, 1);
-  }
-
-  std::uint32_t workgroup_size() const noexcept { return workgroup_size_; }
-
- private:
   void reset() noexcept {
     if (!dev_) return;
     const auto& f = dev_->fn();
