@@ -97,3 +97,65 @@ TEST_CASE("the Vulkan int4 GEMV rejects what it cannot run", "[vulkan][gemv_q4]"
   }
   test::require_no_validation_messages(*log);
 }
+
+TEST_CASE("the Vulkan int4 GEMV chains in a CommandSequence over the caller's buffers",
+          "[vulkan][gemv_q4]") {
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto dev = test::vulkan_test_device();
+    if (!dev) return;
+    log = dev->validation_log();
+    auto rng = test::make_rng(20);
+    // h = W2 (W1 x): two GEMVs, the second reading the first's output on the device.
+    const auto w1 = test::random_q4(rng, 256, 384, 128);
+    const auto w2 = test::random_q4(rng, 37, 256, 128);
+    auto op1 = vk::GemvQ4::create(*dev, w1);
+    auto op2 = vk::GemvQ4::create(*dev, w2);
+    REQUIRE((op1 && op2));
+    CHECK(op1->n() == 256);
+    CHECK(op1->k() == 384);
+    CHECK(op1->weight_bytes() >= w1.byte_size());
+    auto x = vk::Buffer::create(*dev, 384 * 4, "x", {vk::BufferKind::host_io});
+    auto mid = vk::Buffer::create(*dev, 256 * 4, "mid");
+    auto y = vk::Buffer::create(*dev, 37 * 4, "y", {vk::BufferKind::host_io});
+    REQUIRE((x && mid && y));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> xs(384), want_mid(256), want(37), got(37);
+    for (auto& v : xs) v = dist(rng);
+    REQUIRE(x->write(std::as_bytes(std::span(xs))));
+    auto seq = vk::CommandSequence::create(*dev, "gemv chain");
+    REQUIRE(seq);
+    REQUIRE(op1->record(*seq, *x, *mid));
+    REQUIRE(op2->record(*seq, *mid, *y));
+    // A buffer too small for the op is refused by name, and nothing is recorded.
+    auto st = op2->record(*seq, *y, *mid);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == errc::shape_mismatch);
+    CHECK_THAT(st.error().message, Contains("x: buffer 'y'"));
+    CHECK(seq->dispatches() == 2);
+    REQUIRE(seq->submit());
+    CHECK(seq->submits() == 1);
+    REQUIRE(y->read(std::as_writable_bytes(std::span(got))));
+    // The device's intermediate differs from the CPU's by fp32 rounding only, so the second
+    // product is checked against the twin on the device's own intermediate.
+    std::vector<float> dev_mid(256);
+    {
+      auto readable = vk::Buffer::create(*dev, 256 * 4, "mid copy", {vk::BufferKind::host_io});
+      REQUIRE(readable);
+      auto again = vk::CommandSequence::create(*dev, "mid");
+      REQUIRE(again);
+      REQUIRE(op1->record(*again, *x, *readable));
+      REQUIRE(again->submit());
+      REQUIRE(readable->read(std::as_writable_bytes(std::span(dev_mid))));
+    }
+    kernels::reference::gemv_q4(w1, xs.data(), want_mid.data(), nullptr);
+    for (std::size_t r = 0; r < 256; ++r)
+      CHECK(std::fabs(double{dev_mid[r]} - double{want_mid[r]}) <=
+            test::exact_tolerance(w1, xs.data(), r, 0.0f));
+    kernels::reference::gemv_q4(w2, dev_mid.data(), want.data(), nullptr);
+    for (std::size_t r = 0; r < 37; ++r)
+      CHECK(std::fabs(double{got[r]} - double{want[r]}) <=
+            test::exact_tolerance(w2, dev_mid.data(), r, 0.0f));
+  }
+  test::require_no_validation_messages(*log);
+}

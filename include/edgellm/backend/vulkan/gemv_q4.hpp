@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // y = x W^T on a Vulkan device for one activation row (m = 1, decode), W an int4 group-128
 // kernels::Q4Matrix uploaded once in its own packed tile layout (shaders/vulkan/gemv_q4.comp).
-// The dispatch is recorded once; run() writes x, submits, waits and reads y.
+// run() is one GEMV on the op's own x and y (its own command buffer, recorded once: write x,
+// submit, wait, read y); record() adds the same dispatch over the caller's buffers to a
+// CommandSequence, for a chain of ops in one submission.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <utility>
 
 #include "edgellm/backend/vulkan/buffer.hpp"
+#include "edgellm/backend/vulkan/command_sequence.hpp"
 #include "edgellm/backend/vulkan/device.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/gemv_q4.hpp"
@@ -118,6 +121,27 @@ class GemvQ4 {
     return y_.read(std::as_writable_bytes(y));
   }
 
+  /// Records y = x W^T into `seq` over the caller's device buffers: x [k] fp32, y [n] fp32 (at
+  /// least that many bytes each). Errors name the buffer that is too small; nothing recorded.
+  status record(CommandSequence& seq, const Buffer& x, const Buffer& y) const {
+    constexpr std::string_view where = "vulkan gemv_q4";
+    const auto& info = seq.device().info();
+    if (auto st = require_bytes(x, std::uint64_t{k_} * 4, where, "x",
+                                "[" + std::to_string(k_) + "] fp32", info);
+        !st)
+      return st;
+    if (auto st = require_bytes(y, std::uint64_t{n_} * 4, where, "y",
+                                "[" + std::to_string(n_) + "] fp32", info);
+        !st)
+      return st;
+    const Buffer* bound[] = {&w_, &x, &y};
+    const Push push{n_, k_ / 128, groups_x_};
+    return seq.dispatch(pipeline_, bound, &push, groups_x_, groups_y_);
+  }
+
+  std::size_t n() const noexcept { return n_; }
+  std::size_t k() const noexcept { return k_; }
+  std::size_t weight_bytes() const noexcept { return w_.size(); }  ///< the packed tiles on the device
   std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
   bool weights_host_visible() const noexcept { return w_.host_visible(); }
   std::uint32_t groups_x() const noexcept { return groups_x_; }  ///< dispatch grid
