@@ -10,6 +10,12 @@
 // bandwidth measured with the same thread count just before and just after the GEMV rows.
 // Columns that do not apply to a row are null (empty in tsv/csv): k of a multi-shape case,
 // membw_gbps, pct_membw and cost_vs_m1 of the gemm row, cost_vs_m1 without an m = 1 row.
+//
+// --backend vulkan (a build with the Vulkan backend): the same int4 GEMV working set uploaded
+// to a Vulkan device once, every matrix's GEMV recorded in one CommandSequence and the pass timed
+// as one submission (host wall time, submit to fence); membw_gbps is the Vulkan bandwidth probe
+// (backend/vulkan/membw_probe.hpp, best of its repetitions) on the same device in the same run.
+// Rows carry `backend` (cpu or vulkan) and `device` (the CPU model, or the driver's device name).
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
@@ -24,6 +30,12 @@
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
+
+#if EDGELLM_BENCH_VULKAN
+#include "edgellm/backend/vulkan/command_sequence.hpp"
+#include "edgellm/backend/vulkan/gemv_q4.hpp"
+#include "edgellm/backend/vulkan/membw_probe.hpp"
+#endif
 
 namespace bench = edgellm::bench;
 using namespace edgellm;
@@ -72,10 +84,33 @@ struct Shape {
   std::size_t n, k;
 };
 
+// The GEMV working set: one --gemv shape, the quick smoke set, or Qwen2-7B's decode matrices.
+struct WorkingSet {
+  std::vector<Shape> shapes;  // one layer's
+  std::size_t layers = 1;
+  std::string name;
+};
+
+WorkingSet gemv_working_set(const std::vector<std::size_t>& gemv_shape, bool quick) {
+  if (!gemv_shape.empty()) return {{{gemv_shape[0], gemv_shape[1]}}, 1, "single"};
+  // Smoke run: two layers of a 1/4-width model (~40 MB), still past L2.
+  if (quick)
+    return {{{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4736, 896}, {4736, 896}, {896, 4736}},
+            2,
+            "quick-2x7"};
+  // Qwen2-7B: q, k, v, o, gate, up, down (n x k) for each of 28 layers: ~3.5 GB.
+  return {{{3584, 3584}, {512, 3584}, {512, 3584}, {3584, 3584}, {18944, 3584}, {18944, 3584},
+           {3584, 18944}},
+          28,
+          "qwen2-7b-28x7"};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string op = "all", path_arg = "all", isa_arg = "best", weights_arg = "int4";
+  std::string op = "all", path_arg = "all", isa_arg = "best", weights_arg = "int4",
+              backend_arg = "cpu";
+  int device_index = -1;  // -1: the Vulkan backend's device rule
   std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1};
   std::size_t group = 128;
   bool lock = true;
@@ -104,12 +139,33 @@ int main(int argc, char** argv) {
           flag::list<std::size_t>({"--gemm"}, "M,N,K", "GEMM shape", gemm_shape, 1, kMaxDim),
           flag::number<std::size_t>({"--group"}, "G", "group size 32|64|128", group, 1, 4096),
           flag::boolean({"--no-lock"}, "do not mlock the weights", lock, false),
+          flag::string({"--backend"}, "cpu|vulkan|all",
+                       "where the GEMV runs: the CPU kernels, or the int4 GEMV shader on a\n"
+                       "Vulkan device (builds with the Vulkan backend; GEMV rows only)",
+                       backend_arg),
+          flag::number<int>({"--device"}, "N",
+                            "Vulkan device index (-1: the backend's rule, discrete > integrated\n"
+                            "> CPU implementations)",
+                            device_index, -1, 1024),
       },
       "int4 GEMV (decode) and GEMM (prefill) speed against the measured read bandwidth.");
   if (weights_arg != "int4" && weights_arg != "int8" && weights_arg != "all") {
     bench::note("{}: --weights {}: expected int4, int8 or all", argv[0], weights_arg);
     return 2;
   }
+  if (backend_arg != "cpu" && backend_arg != "vulkan" && backend_arg != "all") {
+    bench::note("{}: --backend {}: expected cpu, vulkan or all", argv[0], backend_arg);
+    return 2;
+  }
+#if !EDGELLM_BENCH_VULKAN
+  if (backend_arg != "cpu") {
+    bench::note("{}: --backend {}: this build has no Vulkan backend (configure with "
+                "-DEDGELLM_VULKAN=ON and the Vulkan headers); use --backend cpu",
+                argv[0], backend_arg);
+    return 2;
+  }
+#endif
+  const bool on_cpu = backend_arg != "vulkan";
   if ((!gemv_shape.empty() && gemv_shape.size() != 2) || gemm_shape.size() != 3 ||
       !is_supported_group_size(group) || sweep_rows.empty() ||
       std::find(sweep_rows.begin(), sweep_rows.end(), 0) != sweep_rows.end()) {
@@ -141,9 +197,11 @@ int main(int argc, char** argv) {
 
   bench::table out(opts, {"op", "case", "path", "isa", "m", "n", "k", "group", "threads", "reps",
                           "median_us", "p10_us", "p90_us", "mean_us", "stddev_us", "min_us",
-                          "gflops", "gbps", "membw_gbps", "pct_membw", "weights", "cost_vs_m1"});
+                          "gflops", "gbps", "membw_gbps", "pct_membw", "weights", "cost_vs_m1",
+                          "backend", "device"});
   out.add_metadata("exact_arch", xsimd::default_arch::name());
   out.add_metadata("best_isa", isa_name(best_isa()));
+  const std::string cpu_name = bench::cpu_model();
 
   // ---- GEMV: the decode working set -------------------------------------------------------
   // Run once per weight format: int4 (ops gemv / gemm_sweep) and int8 (gemv_q8 / gemm_q8_sweep).
@@ -152,24 +210,10 @@ int main(int argc, char** argv) {
     constexpr bool kInt8 = std::is_same_v<Matrix, Q8Matrix>;
     const char* op_gemv = kInt8 ? "gemv_q8" : "gemv";
     const char* op_sweep = kInt8 ? "gemm_q8_sweep" : "gemm_sweep";
-    std::vector<Shape> shapes;
-    std::string case_name;
-    std::size_t layers = 1;
-    if (!gemv_shape.empty()) {
-      shapes.push_back({gemv_shape[0], gemv_shape[1]});
-      case_name = "single";
-    } else if (opts.quick) {
-      // Smoke run: two layers of a 1/4-width model (~40 MB), still past L2.
-      shapes = {{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4736, 896}, {4736, 896}, {896, 4736}};
-      layers = 2;
-      case_name = "quick-2x7";
-    } else {
-      // Qwen2-7B: q, k, v, o, gate, up, down (n x k) for each of 28 layers: ~3.5 GB.
-      shapes = {{3584, 3584}, {512, 3584}, {512, 3584}, {3584, 3584},
-                {18944, 3584}, {18944, 3584}, {3584, 18944}};
-      layers = 28;
-      case_name = "qwen2-7b-28x7";
-    }
+    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
+    const std::vector<Shape>& shapes = set.shapes;
+    const std::string& case_name = set.name;
+    const std::size_t layers = set.layers;
     std::vector<Matrix> mats;
     std::size_t bytes = 0, flops = 0, rows = 0, kmax = 0, nmax = 0;
     bench::note("[{}] allocating {} matrices...", op_gemv, layers * shapes.size());
@@ -259,7 +303,8 @@ int main(int argc, char** argv) {
                      t.p90_us, t.mean_us, t.stddev_us, t.min_us,
                      static_cast<double>(flops * m) / (t.median_us * 1e3), gbps,
                      membw > 0 ? bench::value(membw) : bench::value(),
-                     membw > 0 ? bench::value(100 * gbps / membw) : bench::value(), weights, cost});
+                     membw > 0 ? bench::value(100 * gbps / membw) : bench::value(), weights, cost,
+                     "cpu", cpu_name});
           }
         }
       }
@@ -267,6 +312,111 @@ int main(int argc, char** argv) {
     for (auto& m : mats) bench::unlock_memory(m.data(), m.byte_size());
     return 0;
   };
+#if EDGELLM_BENCH_VULKAN
+  // ---- GEMV on a Vulkan device: the int4 working set, one submission per pass ---------------
+  const auto run_gemv_vulkan = [&]() -> int {
+    namespace vk = edgellm::backend::vk;
+    if (group != 128) {
+      bench::note("[vulkan] the int4 GEMV shader is for group 128 (--group {})", group);
+      return 2;
+    }
+    vk::DeviceOptions dopts;
+    if (device_index >= 0) dopts.device_index = static_cast<std::uint32_t>(device_index);
+    auto dev = vk::Device::create(dopts);
+    if (!dev) {
+      bench::note("[vulkan] {} (run with --backend cpu)", dev.error().message);
+      // 77: skipped (ctest's SKIP_RETURN_CODE) where the host has no Vulkan loader or device.
+      return dev.error().message.find("no Vulkan") != std::string::npos ? 77 : 1;
+    }
+    const vk::DeviceInfo& info = (*dev)->info();
+    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
+    std::vector<vk::GemvQ4> ops;
+    std::size_t bytes = 0, flops = 0, rows = 0, kmax = 0, nmax = 0;
+    bench::note("[vulkan] {}: uploading {} int4 matrices...", info.name,
+                set.layers * set.shapes.size());
+    for (std::size_t l = 0; l < set.layers; ++l) {
+      for (const Shape& sh : set.shapes) {
+        // One host matrix at a time: the device copy is the only one kept.
+        auto m = Q4Matrix::allocate(sh.n, sh.k, group);
+        if (!m) return bench::note("{}", m.error().message), 1;
+        fill_random(*m, l * 16 + ops.size());
+        auto op_q4 = vk::GemvQ4::create(**dev, *m);
+        if (!op_q4) return bench::note("[vulkan] {}", op_q4.error().message), 1;
+        bytes += m->byte_size();
+        flops += 2 * sh.n * sh.k;
+        rows += sh.n;
+        kmax = std::max(kmax, sh.k);
+        nmax = std::max(nmax, sh.n);
+        ops.push_back(std::move(*op_q4));
+      }
+    }
+    auto x = vk::Buffer::create(**dev, kmax * 4, "bench x", {vk::BufferKind::host_io});
+    auto y = vk::Buffer::create(**dev, nmax * 4, "bench y");
+    if (!x || !y) return bench::note("[vulkan] {}", (!x ? x : y).error().message), 1;
+    std::vector<float> xs(kmax);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : xs) v = nd(rng);
+    if (auto st = x->write(std::as_bytes(std::span(xs))); !st)
+      return bench::note("[vulkan] {}", st.error().message), 1;
+    auto seq = vk::CommandSequence::create(**dev, "bench gemv");
+    if (!seq) return bench::note("[vulkan] {}", seq.error().message), 1;
+    for (const auto& o : ops)
+      if (auto st = o.record(*seq, *x, *y); !st)
+        return bench::note("[vulkan] {}", st.error().message), 1;
+    const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+    const auto probe_gbps = [&]() -> double {
+      auto probe = vk::MembwProbe::create(**dev, std::min<std::size_t>(probe_bytes,
+                                                                      info.max_storage_buffer_range));
+      if (!probe) return bench::note("[vulkan] probe: {}", probe.error().message), 0.0;
+      auto r = probe->run(3);
+      if (!r) return bench::note("[vulkan] probe: {}", r.error().message), 0.0;
+      return r->bytes_per_second / 1e9;
+    };
+    const int reps = opts.reps_or(opts.quick ? 3 : 7);
+    const double bw_before = probe_gbps();
+    const std::size_t submits_before = seq->submits();
+    bool ok = true;
+    const bench::timing t = bench::measure(
+        [&] {
+          if (auto st = seq->submit(); !st && ok) {
+            bench::note("[vulkan] {}", st.error().message);
+            ok = false;
+          }
+        },
+        reps);
+    if (!ok) return 1;
+    const double passes = static_cast<double>(seq->submits() - submits_before);
+    const double bw_after = probe_gbps();
+    const double membw = (bw_before + bw_after) / 2;
+    const double gbps = static_cast<double>(bytes) / (t.median_us * 1e3);
+    bench::note("[vulkan] gemv {} on {}: {:.2f} GB/s over {} dispatches in 1 submission per pass "
+                "({:.0f} passes), probe {:.2f}/{:.2f} GB/s -> {:.0f}%",
+                set.name, info.name, gbps, seq->dispatches(), passes, bw_before, bw_after,
+                membw > 0 ? 100 * gbps / membw : 0.0);
+    out.row({"gemv", set.name, "exact", "spirv", 1LL, static_cast<long long>(rows),
+             set.shapes.size() == 1 ? bench::value(kmax) : bench::value(),
+             static_cast<long long>(group), bench::null, t.reps, t.median_us, t.p10_us, t.p90_us,
+             t.mean_us, t.stddev_us, t.min_us, static_cast<double>(flops) / (t.median_us * 1e3),
+             gbps, membw > 0 ? bench::value(membw) : bench::value(),
+             membw > 0 ? bench::value(100 * gbps / membw) : bench::value(),
+             info.unified_memory() ? "device-local, host-visible" : "device-local", bench::null,
+             "vulkan", info.name});
+    return 0;
+  };
+#endif
+
+  if ((op == "gemv" || op == "all") && !on_cpu) {
+#if EDGELLM_BENCH_VULKAN
+    return run_gemv_vulkan();
+#endif
+  }
+  if ((op == "gemv" || op == "all") && backend_arg == "all") {
+#if EDGELLM_BENCH_VULKAN
+    if (const int rc = run_gemv_vulkan(); rc != 0) return rc;
+#endif
+  }
+  if (!on_cpu) return 0;
   if (op == "gemv" || op == "all") {
     if (weights_arg == "int4" || weights_arg == "all")
       if (const int rc = run_gemv(std::type_identity<Q4Matrix>{}); rc != 0) return rc;
@@ -316,7 +466,7 @@ int main(int argc, char** argv) {
                    static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
                    static_cast<long long>(group), threads, t.reps, t.median_us, t.p10_us, t.p90_us,
                    t.mean_us, t.stddev_us, t.min_us, gflops, gbps, bench::null, bench::null,
-                   "resident", bench::null});
+                   "resident", bench::null, "cpu", cpu_name});
         }
       }
     }
