@@ -587,3 +587,64 @@ TEST_CASE("Mistral: context beyond sliding_window is refused", "[model]") {
   auto m = make(load(dir, true));
   CHECK(worst_relative_error(prompt_logits(m, e.ids), e) <= 1e-4f);
 }
+
+TEST_CASE("Transformer::assemble takes a cache and backend the caller made", "[model]") {
+  // A device backend makes its own cache and backend; assemble() checks and adopts them. With
+  // the host types it must give exactly what create() gives.
+  const WeightsPtr w = load(model_fixture("qwen2-awq-gemm"));
+  const auto& c = w->config;
+  TransformerOptions o;
+  o.context_size = 32;
+  o.max_batch = 8;
+  auto ctx = Transformer<>::checked_context(*w, o);
+  REQUIRE(ctx);
+  CHECK(*ctx == 32);
+  const auto make_parts = [&](std::size_t layers, std::size_t capacity) {
+    auto cache = KVCacheF32::create(layers, c.num_key_value_heads, c.head_dim, capacity);
+    REQUIRE(cache);
+    auto b = edgellm::backend::Cpu::create(Transformer<>::model_shape(c, o.max_batch), {});
+    REQUIRE(b);
+    return std::pair{std::move(*cache), std::move(*b)};
+  };
+  auto [cache, b] = make_parts(c.num_hidden_layers, *ctx);
+  auto t = Transformer<>::assemble(w, o, std::move(cache), std::move(b));
+  INFO((t ? std::string() : t.error().message));
+  REQUIRE(t);
+  CHECK(t->context_size() == 32);
+  auto ref = Transformer<>::create(w, o);
+  REQUIRE(ref);
+  CHECK(t->model_fingerprint() == ref->model_fingerprint());
+  const std::vector<std::int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5};  // two chunks of 8
+  CHECK(prompt_logits(*t, ids) == prompt_logits(*ref, ids));
+
+  SECTION("a cache of another shape, too small or not empty is refused by name") {
+    auto [wrong, b1] = make_parts(c.num_hidden_layers + 1, 32);
+    auto e1 = Transformer<>::assemble(w, o, std::move(wrong), std::move(b1));
+    REQUIRE_FALSE(e1);
+    CHECK(e1.error().code == errc::shape_mismatch);
+    CHECK_THAT(e1.error().message, Contains("[Transformer::assemble] cache:"));
+    auto [small, b2] = make_parts(c.num_hidden_layers, 16);
+    auto e2 = Transformer<>::assemble(w, o, std::move(small), std::move(b2));
+    REQUIRE_FALSE(e2);
+    CHECK_THAT(e2.error().message, Contains("capacity 16"));
+    auto [used, b3] = make_parts(c.num_hidden_layers, 32);
+    const std::size_t row = c.num_key_value_heads * c.head_dim;
+    std::vector<float> kv(row, 0.5f);
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) REQUIRE(used.append(l, 0, 1, kv, kv));
+    auto e3 = Transformer<>::assemble(w, o, std::move(used), std::move(b3));
+    REQUIRE_FALSE(e3);
+    CHECK_THAT(e3.error().message, Contains("length 1"));
+    auto [cache4, b4] = make_parts(c.num_hidden_layers, 32);
+    auto e4 = Transformer<>::assemble(nullptr, o, std::move(cache4), std::move(b4));
+    REQUIRE_FALSE(e4);
+    CHECK(e4.error().message == "[Transformer::assemble] weights: null");
+  }
+  SECTION("context_size 0 takes the cache's capacity") {
+    TransformerOptions o0 = o;
+    o0.context_size = 0;
+    auto [cache0, b0] = make_parts(c.num_hidden_layers, 24);
+    auto t0 = Transformer<>::assemble(w, o0, std::move(cache0), std::move(b0));
+    REQUIRE(t0);
+    CHECK(t0->context_size() == 24);
+  }
+}

@@ -63,7 +63,9 @@ struct LinearTarget {
 ///   B::Table    an embedding table, b.upload(const kernels::DenseMatrix&)
 ///
 /// Calls, in the order the Transformer makes them:
-///   B::create(shape, options) -> result<B>
+///   B::create(shape, options) -> result<B>        (Transformer::create; a device backend is
+///                                                  made by its own factory, with its device,
+///                                                  and handed to Transformer::assemble)
 ///   b.activation(cols) -> result<Tensor>          once per buffer, at creation
 ///   b.upload(linear | vector | table) -> result<Matrix | Vector | Table>   once per weight
 ///   per forward chunk of `rows` tokens at positions first_pos ..:
@@ -119,13 +121,11 @@ struct LinearTarget {
 template <class B, class Cache>
 concept ComputeBackend =
     std::movable<B> &&
-    requires(B& b, const B& cb, const ModelShape& shape, const Options& options,
-             const kernels::Linear& linear, std::span<const float> vector,
+    requires(B& b, const B& cb, const kernels::Linear& linear, std::span<const float> vector,
              const kernels::DenseMatrix& table, typename B::Tensor t, const typename B::Matrix& m,
              const typename B::Vector& v, const typename B::Table& e,
              std::span<const LinearTarget<B>> targets, std::span<const std::int32_t> ids,
              Cache& cache, std::size_t n, std::span<float> host) {
-      { B::create(shape, options) } -> std::same_as<result<B>>;
       { b.activation(n) } -> std::same_as<result<typename B::Tensor>>;
       { b.upload(linear) } -> std::same_as<result<typename B::Matrix>>;
       { b.upload(vector) } -> std::same_as<result<typename B::Vector>>;
@@ -144,5 +144,13 @@ concept ComputeBackend =
       { b.finish() } -> std::same_as<status>;
       { cb.bytes() } -> std::same_as<std::size_t>;
     };
+
+/// A backend that needs nothing but the shape and options to be made (the CPU and scalar
+/// backends): Transformer::create makes it itself.
+template <class B, class Cache>
+concept HostBackend = ComputeBackend<B, Cache> && requires(const ModelShape& shape,
+                                                           const Options& options) {
+  { B::create(shape, options) } -> std::same_as<result<B>>;
+};
 
 }  // namespace edgellm::backend

@@ -263,6 +263,6 @@ class Cpu {
   Profile* profile_ = nullptr;                     // options.profile: per-op timing, or none
 };
 
-static_assert(ComputeBackend<Cpu, cache::KVCacheF32>);
+static_assert(HostBackend<Cpu, cache::KVCacheF32>);
 
 }  // namespace edgellm::backend

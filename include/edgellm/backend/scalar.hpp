@@ -175,6 +175,6 @@ class Scalar {
   std::vector<std::byte> q8_;                // fast path: quantised activations
 };
 
-static_assert(ComputeBackend<Scalar, cache::KVCacheF32>);
+static_assert(HostBackend<Scalar, cache::KVCacheF32>);
 
 }  // namespace edgellm::backend

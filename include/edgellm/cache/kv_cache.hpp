@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The KV cache concepts the transformer is written against: KVCache (store keys and values,
-// attend over them) and PrefixKVCache (save and restore a prefix as a blob). The caches:
+// The KV cache concepts the transformer is written against: KVStore (shape, length, rollback:
+// all a model sequences), KVCache (a host cache that also stores keys and values and attends
+// over them) and PrefixKVCache (save and restore a prefix as a blob). The caches:
 // cache/dense_kv_cache.hpp (fp32, fp16), cache/quantized_kv_cache.hpp (int8); the blob format:
 // cache/prefix_blob.hpp; the scalar attention oracle: cache/reference_attention.hpp.
 #pragma once
@@ -15,6 +16,23 @@
 #include <vector>
 
 namespace edgellm::cache {
+
+/// What a model needs of its KV state wherever it lives (host memory, or a device whose
+/// backend appends and attends with its own ops): its shape, its length, rollback and size.
+///   c.layers(), c.kv_heads(), c.head_dim(), c.capacity() -> std::size_t   (fixed at creation)
+///   c.length() -> std::size_t      positions held by every layer
+///   c.bytes()  -> std::size_t      bytes of K/V storage
+///   c.truncate(n) -> status        keep positions [0, n) of every layer
+template <class C>
+concept KVStore = requires(C& c, const C& cc, std::size_t i) {
+  { cc.layers() } -> std::same_as<std::size_t>;
+  { cc.kv_heads() } -> std::same_as<std::size_t>;
+  { cc.head_dim() } -> std::same_as<std::size_t>;
+  { cc.capacity() } -> std::same_as<std::size_t>;
+  { cc.length() } -> std::same_as<std::size_t>;
+  { cc.bytes() } -> std::same_as<std::size_t>;
+  { c.truncate(i) } -> std::same_as<status>;
+};
 
 /// A per-layer store of attention keys and values that also computes attention over them.
 /// The cache owns the attention math so that a cache with a compressed layout (e.g. int8 K/V
@@ -36,16 +54,9 @@ namespace edgellm::cache {
 /// (capacity, out-of-order append, attending to positions not yet appended, bad sizes) leave the
 /// cache unchanged. A cache is used by one thread at a time; attend may fan out over `pool`.
 template <class C>
-concept KVCache = requires(C& c, const C& cc, std::size_t i, std::span<const float> in,
-                           std::span<float> out, ThreadPool* pool) {
+concept KVCache = KVStore<C> && requires(C& c, std::size_t i, std::span<const float> in,
+                                         std::span<float> out, ThreadPool* pool) {
   { C::create(i, i, i, i) } -> std::same_as<result<C>>;
-  { cc.layers() } -> std::same_as<std::size_t>;
-  { cc.kv_heads() } -> std::same_as<std::size_t>;
-  { cc.head_dim() } -> std::same_as<std::size_t>;
-  { cc.capacity() } -> std::same_as<std::size_t>;
-  { cc.length() } -> std::same_as<std::size_t>;
-  { cc.bytes() } -> std::same_as<std::size_t>;
-  { c.truncate(i) } -> std::same_as<status>;
   { c.append(i, i, i, in, in) } -> std::same_as<status>;
   { c.attend(i, in, i, i, i, out, pool) } -> std::same_as<status>;
 };

@@ -88,18 +88,95 @@ struct TransformerOptions {
 /// Backend: where the ops run (backend::ComputeBackend; backend::Cpu by default, backend::Scalar
 /// for the scalar oracle). The Transformer only sequences the ops of a chunk between
 /// backend.begin() and backend.finish(); a backend that records them submits once per chunk.
-template <cache::KVCache Cache = cache::KVCacheF32, class Backend = backend::Cpu>
+template <cache::KVStore Cache = cache::KVCacheF32, class Backend = backend::Cpu>
   requires backend::ComputeBackend<Backend, Cache>
 class Transformer {
  public:
   using cache_type = Cache;
   using backend_type = Backend;
 
-  /// An instance over `weights` with an empty cache. Errors: null weights, context_size or
-  /// max_batch out of range (context_size above Mistral's sliding_window included).
+  /// An instance over `weights` with an empty cache, both made here (a host cache and a host
+  /// backend). Errors: null weights, context_size or max_batch out of range (context_size above
+  /// Mistral's sliding_window included).
   static result<Transformer> create(std::shared_ptr<const TransformerWeights> weights,
-                                    const TransformerOptions& options = {}) {
-    constexpr std::string_view where = "Transformer::create";
+                                    const TransformerOptions& options = {})
+    requires cache::KVCache<Cache> && backend::HostBackend<Backend, Cache>
+  {
+    auto ctx = check_options("Transformer::create", weights.get(), options);
+    if (!ctx) return ctx.error();
+    const ModelConfig& c = weights->config;
+    auto cache = Cache::create(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, *ctx);
+    if (!cache) return cache.error();
+    auto b = Backend::create(
+        model_shape(c, options.max_batch),
+        backend::Options{options.pool, options.path, options.isa, options.profile});
+    if (!b) return b.error();
+    return assemble(std::move(weights), options, std::move(*cache), std::move(*b));
+  }
+
+  /// An instance over `weights` with a cache and a backend the caller made: a device backend
+  /// and its device-resident cache (made with model_shape() and checked_context()). The cache
+  /// must be empty and of the model's shape, with capacity for the context (options'
+  /// context_size, or the cache's capacity when it is 0). Errors name what does not match.
+  static result<Transformer> assemble(std::shared_ptr<const TransformerWeights> weights,
+                                      const TransformerOptions& options, Cache cache,
+                                      Backend backend) {
+    constexpr std::string_view where = "Transformer::assemble";
+    TransformerOptions resolved = options;
+    if (resolved.context_size == 0 && weights) resolved.context_size = cache.capacity();
+    auto ctx = check_options(where, weights.get(), resolved);
+    if (!ctx) return ctx.error();
+    const ModelConfig& c = weights->config;
+    if (cache.layers() != c.num_hidden_layers || cache.kv_heads() != c.num_key_value_heads ||
+        cache.head_dim() != c.head_dim) {
+      return make_error(errc::shape_mismatch, where,
+                        "cache: " + std::to_string(cache.layers()) + " layers x " +
+                            std::to_string(cache.kv_heads()) + " kv heads x " +
+                            std::to_string(cache.head_dim()) + " for a model of " +
+                            std::to_string(c.num_hidden_layers) + " x " +
+                            std::to_string(c.num_key_value_heads) + " x " +
+                            std::to_string(c.head_dim));
+    }
+    if (cache.capacity() < *ctx || cache.length() != 0) {
+      return make_error(errc::invalid_argument, where,
+                        "cache: capacity " + std::to_string(cache.capacity()) + ", length " +
+                            std::to_string(cache.length()) +
+                            "; need an empty cache of at least the context size " +
+                            std::to_string(*ctx));
+    }
+    Transformer t(std::move(weights), options, std::move(cache), std::move(backend));
+    t.options_.context_size = *ctx;
+    if (auto st = t.upload(); !st) return st.error();
+    t.fingerprint_ = fingerprint(*t.weights_, options.path);
+    return t;
+  }
+
+  /// The sizes a backend instance for `c` needs (backend::ModelShape), max_batch rows a chunk.
+  static backend::ModelShape model_shape(const ModelConfig& c, std::size_t max_batch) {
+    backend::ModelShape shape;
+    shape.hidden = c.hidden_size;
+    shape.intermediate = c.intermediate_size;
+    shape.heads = c.num_attention_heads;
+    shape.kv_heads = c.num_key_value_heads;
+    shape.head_dim = c.head_dim;
+    shape.vocab = c.vocab_size;
+    shape.max_batch = max_batch;
+    shape.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
+    shape.rope_inv_freq = rope_inv_freq(c);
+    return shape;
+  }
+
+  /// The context size `options` give for `weights` (0: the model's maximum, capped by a sliding
+  /// window), after the checks create() makes: what a caller sizes its own cache with.
+  static result<std::size_t> checked_context(const TransformerWeights& weights,
+                                             const TransformerOptions& options) {
+    return check_options("Transformer::checked_context", &weights, options);
+  }
+
+ private:
+  static result<std::size_t> check_options(std::string_view where,
+                                           const TransformerWeights* weights,
+                                           const TransformerOptions& options) {
     if (!weights) return make_error(errc::invalid_argument, where, "weights: null");
     const ModelConfig& c = weights->config;
     std::size_t ctx = options.context_size;
@@ -128,30 +205,10 @@ class Transformer {
                         std::string("isa: ") + kernels::isa_name(options.isa) +
                             " is not supported by this CPU/build");
     }
-    auto cache = Cache::create(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, ctx);
-    if (!cache) return cache.error();
-
-    backend::ModelShape shape;
-    shape.hidden = c.hidden_size;
-    shape.intermediate = c.intermediate_size;
-    shape.heads = c.num_attention_heads;
-    shape.kv_heads = c.num_key_value_heads;
-    shape.head_dim = c.head_dim;
-    shape.vocab = c.vocab_size;
-    shape.max_batch = options.max_batch;
-    shape.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
-    shape.rope_inv_freq = rope_inv_freq(c);
-    auto b = Backend::create(
-        shape, backend::Options{options.pool, options.path, options.isa, options.profile});
-    if (!b) return b.error();
-
-    Transformer t(std::move(weights), options, std::move(*cache), std::move(*b));
-    t.options_.context_size = ctx;
-    if (auto st = t.upload(); !st) return st.error();
-    t.fingerprint_ = fingerprint(*t.weights_, options.path);
-    return t;
+    return ctx;
   }
 
+ public:
   Transformer(Transformer&&) noexcept = default;
   Transformer& operator=(Transformer&&) noexcept = default;
 
