@@ -14,13 +14,15 @@ layout(constant_id = 0) const uint WG = 64;  // power of two, >= 16; from the de
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
-layout(std430, binding = 1) readonly buffer X { vec4 x[]; };  // [k / 4]
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };  // [n]
+layout(std430, binding = 1) readonly buffer X { vec4 x[]; };  // [k / 4] from x_offset
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };  // [n] from y_offset
 
 layout(push_constant) uniform Push {
   uint n;         // output rows
   uint n_groups;  // k / 128
   uint tiles_x;   // workgroups along x of a 2D dispatch (tile = y * tiles_x + x)
+  uint x_offset;  // vec4s: where x starts in its buffer (a row of a [rows][k] activation)
+  uint y_offset;  // floats: where y starts in its buffer
 } pc;
 
 const uint TILE_WORDS = 272u;
@@ -40,7 +42,7 @@ void main() {
       float group_sum = 0.0;  // sum of (q - z) x over the group's 128 inputs
       for (uint b = 0u; b < 16u; ++b) {
         const uint q = w[tw + 16u + 16u * b + r];
-        const uint xi = g * 32u + 2u * b;
+        const uint xi = pc.x_offset + g * 32u + 2u * b;
         const vec4 qlo = vec4(q & 15u, (q >> 8) & 15u, (q >> 16) & 15u, (q >> 24) & 15u);
         const vec4 qhi = vec4((q >> 4) & 15u, (q >> 12) & 15u, (q >> 20) & 15u, (q >> 28) & 15u);
         group_sum += dot(qlo - z, x[xi]) + dot(qhi - z, x[xi + 1u]);
@@ -55,5 +57,5 @@ void main() {
     barrier();
   }
   const uint row = tile * 16u + tid;
-  if (tid < 16u && row < pc.n) y[row] = partial[tid];
+  if (tid < 16u && row < pc.n) y[pc.y_offset + row] = partial[tid];
 }

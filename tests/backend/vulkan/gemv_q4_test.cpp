@@ -115,18 +115,22 @@ TEST_CASE("the Vulkan int4 GEMV chains in a CommandSequence over the caller's bu
     CHECK(op1->n() == 256);
     CHECK(op1->k() == 384);
     CHECK(op1->weight_bytes() >= w1.byte_size());
-    auto x = vk::Buffer::create(*dev, 384 * 4, "x", {vk::BufferKind::host_io});
+    // x is row 1 of a [2][384] buffer, the result row 2 of a [3][37] one.
+    auto x = vk::Buffer::create(*dev, 2 * 384 * 4, "x", {vk::BufferKind::host_io});
     auto mid = vk::Buffer::create(*dev, 256 * 4, "mid");
-    auto y = vk::Buffer::create(*dev, 37 * 4, "y", {vk::BufferKind::host_io});
+    auto y = vk::Buffer::create(*dev, 3 * 37 * 4, "y", {vk::BufferKind::host_io});
     REQUIRE((x && mid && y));
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> xs(384), want_mid(256), want(37), got(37);
     for (auto& v : xs) v = dist(rng);
-    REQUIRE(x->write(std::as_bytes(std::span(xs))));
+    REQUIRE(x->write(std::as_bytes(std::span(xs)), 384 * 4));
     auto seq = vk::CommandSequence::create(*dev, "gemv chain");
     REQUIRE(seq);
-    REQUIRE(op1->record(*seq, *x, *mid));
-    REQUIRE(op2->record(*seq, *mid, *y));
+    REQUIRE(op1->record(*seq, *x, *mid, 1, 0));
+    REQUIRE(op2->record(*seq, *mid, *y, 0, 2));
+    auto past = op2->record(*seq, *mid, *y, 0, 3);  // row 3 of a 3-row buffer
+    REQUIRE_FALSE(past);
+    CHECK_THAT(past.error().message, Contains("y: buffer 'y'"));
     // A buffer too small for the op is refused by name, and nothing is recorded.
     auto st = op2->record(*seq, *y, *mid);
     REQUIRE_FALSE(st);
@@ -135,7 +139,7 @@ TEST_CASE("the Vulkan int4 GEMV chains in a CommandSequence over the caller's bu
     CHECK(seq->dispatches() == 2);
     REQUIRE(seq->submit());
     CHECK(seq->submits() == 1);
-    REQUIRE(y->read(std::as_writable_bytes(std::span(got))));
+    REQUIRE(y->read(std::as_writable_bytes(std::span(got)), 2 * 37 * 4));
     // The device's intermediate differs from the CPU's by fp32 rounding only, so the second
     // product is checked against the twin on the device's own intermediate.
     std::vector<float> dev_mid(256);
@@ -144,7 +148,7 @@ TEST_CASE("the Vulkan int4 GEMV chains in a CommandSequence over the caller's bu
       REQUIRE(readable);
       auto again = vk::CommandSequence::create(*dev, "mid");
       REQUIRE(again);
-      REQUIRE(op1->record(*again, *x, *readable));
+      REQUIRE(op1->record(*again, *x, *readable, 1, 0));
       REQUIRE(again->submit());
       REQUIRE(readable->read(std::as_writable_bytes(std::span(dev_mid))));
     }

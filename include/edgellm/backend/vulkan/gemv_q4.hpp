@@ -121,21 +121,28 @@ class GemvQ4 {
     return y_.read(std::as_writable_bytes(y));
   }
 
-  /// Records y = x W^T into `seq` over the caller's device buffers: x [k] fp32, y [n] fp32 (at
-  /// least that many bytes each). Errors name the buffer that is too small; nothing recorded.
-  status record(CommandSequence& seq, const Buffer& x, const Buffer& y) const {
+  /// Records y = x W^T into `seq` over the caller's device buffers: x row x_row of a [..][k]
+  /// fp32 buffer, y row y_row of a [..][n] fp32 buffer (one row of a chunk's activations).
+  /// Errors name the buffer that is too small; nothing is recorded.
+  status record(CommandSequence& seq, const Buffer& x, const Buffer& y, std::size_t x_row = 0,
+                std::size_t y_row = 0) const {
     constexpr std::string_view where = "vulkan gemv_q4";
     const auto& info = seq.device().info();
-    if (auto st = require_bytes(x, std::uint64_t{k_} * 4, where, "x",
-                                "[" + std::to_string(k_) + "] fp32", info);
+    if (auto st = require_bytes(x, (std::uint64_t{x_row} + 1) * k_ * 4, where, "x",
+                                "row " + std::to_string(x_row) + " of [..][" +
+                                    std::to_string(k_) + "] fp32",
+                                info);
         !st)
       return st;
-    if (auto st = require_bytes(y, std::uint64_t{n_} * 4, where, "y",
-                                "[" + std::to_string(n_) + "] fp32", info);
+    if (auto st = require_bytes(y, (std::uint64_t{y_row} + 1) * n_ * 4, where, "y",
+                                "row " + std::to_string(y_row) + " of [..][" +
+                                    std::to_string(n_) + "] fp32",
+                                info);
         !st)
       return st;
     const Buffer* bound[] = {&w_, &x, &y};
-    const Push push{n_, k_ / 128, groups_x_};
+    const Push push{n_, k_ / 128, groups_x_, static_cast<std::uint32_t>(x_row * k_ / 4),
+                    static_cast<std::uint32_t>(y_row * n_)};
     return seq.dispatch(pipeline_, bound, &push, groups_x_, groups_y_);
   }
 
@@ -149,7 +156,7 @@ class GemvQ4 {
 
  private:
   struct Push {
-    std::uint32_t n, n_groups, tiles_x;
+    std::uint32_t n, n_groups, tiles_x, x_offset, y_offset;
   };
 
   GemvQ4() = default;
@@ -181,7 +188,7 @@ class GemvQ4 {
     in.dstAccessMask = VK_ACCESS_SHADER_READ_BIT;
     f.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &in, 0, nullptr, 0, nullptr);
-    const Push push{n_, k_ / 128, groups_x_};
+    const Push push{n_, k_ / 128, groups_x_, 0, 0};
     pipeline_.record(cmd_, &push, groups_x_, groups_y_);
     VkMemoryBarrier out{};
     out.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
