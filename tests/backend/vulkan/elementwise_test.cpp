@@ -90,3 +90,37 @@ TEST_CASE("Vulkan silu_mul and add name their bad arguments", "[vulkan][elementw
   }
   test::require_no_validation_messages(*log);
 }
+
+TEST_CASE("Vulkan add_bias adds the bias to every row, exactly", "[vulkan][elementwise]") {
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto dev = test::vulkan_test_device();
+    if (!dev) return;
+    log = dev->validation_log();
+    auto op = vk::AddBias::create(*dev);
+    REQUIRE(op);
+    auto rng = test::make_rng(43);
+    for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{1, 1}, {3, 37}, {5, 301}}) {
+      INFO(rows << " x " << cols);
+      const auto x = test::random_floats(rng, rows * cols);
+      const auto b = test::random_floats(rng, cols);
+      auto xb = test::vk_buffer(*dev, x, "x");
+      auto bb = test::vk_buffer(*dev, b, "b");
+      test::vk_run(*dev, [&](vk::CommandSequence& s) { return op->record(s, xb, bb, rows, cols); });
+      const auto got = test::vk_read<float>(xb, rows * cols);
+      for (std::size_t i = 0; i < rows * cols; ++i) REQUIRE(got[i] == x[i] + b[i % cols]);
+    }
+    auto xb = test::vk_buffer(*dev, std::vector<float>(8), "x");
+    auto bb = test::vk_buffer(*dev, std::vector<float>(4), "bias");
+    auto seq = vk::CommandSequence::create(*dev, "bad");
+    REQUIRE(seq);
+    auto st = op->record(*seq, xb, bb, 2, 5);  // x holds 8 floats, not 10
+    REQUIRE_FALSE(st);
+    CHECK_THAT(st.error().message, Contains("x: buffer 'x'"));
+    st = op->record(*seq, xb, bb, 1, 8);  // the bias holds 4, not 8
+    REQUIRE_FALSE(st);
+    CHECK_THAT(st.error().message, Contains("b: buffer 'bias'"));
+    CHECK_FALSE(op->record(*seq, xb, bb, 0, 4));
+  }
+  test::require_no_validation_messages(*log);
+}

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The elementwise ops of a decoder layer on a Vulkan device, recorded into a CommandSequence:
 // SiluMul (g = silu(g) * u) and Add (x += y, the residual), over count fp32 values each
-// (shaders/vulkan/silu_mul.comp, add.comp; the CPU's are kernels::silu_mul / kernels::add).
+// (shaders/vulkan/silu_mul.comp, add.comp; the CPU's are kernels::silu_mul / kernels::add), and
+// AddBias (a linear's bias on each row of its output, shaders/vulkan/add_bias.comp).
 #pragma once
 
 #include "edgellm/backend/vulkan/buffer.hpp"
@@ -9,6 +10,7 @@
 #include "edgellm/backend/vulkan/device.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/add.hpp"
+#include "edgellm/backend/vulkan/spirv/add_bias.hpp"
 #include "edgellm/backend/vulkan/spirv/silu_mul.hpp"
 #include "edgellm/result.hpp"
 
@@ -100,6 +102,58 @@ class Add {
  private:
   explicit Add(detail::ElementwiseOp op) : op_(std::move(op)) {}
   detail::ElementwiseOp op_;
+};
+
+/// x[r][c] += b[c] for rows [0, rows): a linear's bias on each output row, exact fp32 adds.
+class AddBias {
+ public:
+  static result<AddBias> create(Device& dev) {
+    AddBias op;
+    const std::uint32_t wg = choose_workgroup_size(dev.info(), 256, 0);
+    auto pipe = ComputePipeline::create(dev, "add_bias", spirv::kAddBiasSpv, 2, sizeof(Push), wg);
+    if (!pipe) return pipe.error();
+    op.pipeline_ = std::move(*pipe);
+    return op;
+  }
+
+  /// Records x[r][c] += b[c]: x [rows][cols], b [cols] fp32. Errors name the argument.
+  status record(CommandSequence& seq, const Buffer& x, const Buffer& b, std::size_t rows,
+                std::size_t cols) const {
+    constexpr std::string_view where = "vulkan add_bias";
+    const auto& info = seq.device().info();
+    if (rows == 0 || cols == 0) {
+      return make_error(errc::invalid_argument, where,
+                        "rows x cols: " + std::to_string(rows) + " x " + std::to_string(cols) +
+                            " (both must be positive)");
+    }
+    const std::uint64_t count = std::uint64_t{rows} * cols;
+    if (count > 0xFFFFFFFFu) {
+      return make_error(errc::unsupported, where,
+                        "rows x cols: " + std::to_string(count) + " elements exceed 2^32");
+    }
+    if (auto st = require_bytes(x, count * 4, where, "x",
+                                "[" + std::to_string(rows) + "][" + std::to_string(cols) + "] fp32",
+                                info);
+        !st)
+      return st;
+    if (auto st = require_bytes(b, std::uint64_t{cols} * 4, where, "b",
+                                "[" + std::to_string(cols) + "] fp32", info);
+        !st)
+      return st;
+    const std::uint32_t wg = pipeline_.workgroup_size();
+    auto grid = grid_for(info, (count + wg - 1) / wg, where, "rows x cols");
+    if (!grid) return grid.error();
+    const Push push{static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(cols)};
+    const Buffer* bound[] = {&x, &b};
+    return seq.dispatch(pipeline_, bound, &push, grid->x, grid->y);
+  }
+
+ private:
+  struct Push {
+    std::uint32_t count, cols;
+  };
+  AddBias() = default;
+  ComputePipeline pipeline_;
 };
 
 }  // namespace edgellm::backend::vk
