@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// Causal GQA attention on a Vulkan device over the device KV cache (backend/vulkan/kv_cache.hpp),
+// recorded into a CommandSequence: the math of cache::DenseKVCache::attend, in fp32, by online
+// softmax (shaders/vulkan/attention.comp), so any cached length runs in fixed shared memory.
+#pragma once
+
+#include "edgellm/backend/vulkan/buffer.hpp"
+#include "edgellm/backend/vulkan/command_sequence.hpp"
+#include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/kv_cache.hpp"
+#include "edgellm/backend/vulkan/pipeline.hpp"
+#include "edgellm/backend/vulkan/spirv/attention.hpp"
+#include "edgellm/result.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace edgellm::backend::vk {
+
+/// Attention of query rows at positions first_pos.. over one layer of a KVCache, recorded into
+/// a CommandSequence:
+///   q, out  fp32 [rows][heads][head_dim] device buffers (at least that size)
+/// Row t (position p = first_pos + t), head h, kv head g = h / (heads / kv_heads):
+///   s_j = dot(q * scale, k_j) [* ks_j]  (j = 0 .. p, scale = head_dim^-0.5 rounded to fp32 as
+///   cache::attention_scale does, ks_j the int8 key scale),
+///   out = sum_j exp(s_j - M) [vs_j] v_j / sum_j exp(s_j - M).
+/// Error against exact attention over the stored keys and values: the CPU bound of
+/// cache::DenseKVCache (2E + (2S + 2L + 2nb + 18)u) max |v| with the device's exp error
+/// (Vulkan: 3 + 2|x| ulp) and its sums (a tree over a block of WG positions, a running sum over
+/// blocks) in place of the CPU's; tests/backend/vulkan/attention_test.cpp states the bound.
+/// One workgroup per (head, row), each over every position it sees. Holds only the pipeline:
+/// one op serves every cache and buffer of its Device. Move-only; the Device must outlive it.
+class Attention {
+ public:
+  static result<Attention> create(Device& dev) {
+    const auto& info = dev.info();
+    // Per invocation: a weight, a reduction slot and a vec4 partial sum (24 bytes), plus the
+    // 1 KiB query; at least head_dim / 4 invocations (one vec4 of the output each).
+    const std::uint32_t wg = choose_workgroup_size(info, 128, 24, 64);
+    if (wg * 24 + KVCache::kMaxHeadDim * 4 > info.shared_memory_bytes ||
+        wg > info.max_workgroup_invocations || wg > info.max_workgroup_size[0]) {
+      return make_error(errc::unsupported, "vulkan Attention::create",
+                        "the device's compute limits (" + std::to_string(info.shared_memory_bytes) +
+                            " bytes of shared memory, " +
+                            std::to_string(info.max_workgroup_invocations) +
+                            " invocations) are below the shader's 64 invocations");
+    }
+    Attention op;
+    auto pipe =
+        ComputePipeline::create(dev, "attention", spirv::kAttentionSpv, 6, sizeof(Push), wg);
+    if (!pipe) return pipe.error();
+    op.pipeline_ = std::move(*pipe);
+    return op;
+  }
+
+  /// Records attention of q rows [0, rows) at positions first_pos.. over `layer` into out rows
+  /// [0, rows). heads: a positive multiple of the cache's kv_heads. Every attended position must
+  /// be held: first_pos + rows <= cache.layer_length(layer) (record the KvAppend first). Errors
+  /// name the argument; nothing is recorded on error.
+  status record(CommandSequence& seq, const KVCache& cache, const Buffer& q, const Buffer& out,
+                std::size_t heads, std::size_t layer, std::size_t first_pos,
+                std::size_t rows) const {
+    constexpr std::string_view where = "vulkan Attention::record";
+    const auto& info = seq.device().info();
+    if (heads == 0 || heads % cache.kv_heads() != 0) {
+      return make_error(errc::invalid_argument, where,
+                        "heads: " + std::to_string(heads) +
+                            " is not a positive multiple of kv_heads " +
+                            std::to_string(cache.kv_heads()));
+    }
+    if (layer >= cache.layers()) {
+      return make_error(
+          errc::out_of_range, where,
+          "layer: " + std::to_string(layer) + " >= layers " + std::to_string(cache.layers()));
+    }
+    if (rows == 0) return make_error(errc::invalid_argument, where, "rows: must be positive");
+    const std::size_t held = cache.layer_length(layer);
+    if (first_pos > held || rows > held - first_pos) {
+      return make_error(errc::out_of_range, where,
+                        "first_pos + rows: queries at positions " + std::to_string(first_pos) +
+                            ".." + std::to_string(first_pos + rows - 1) + " but layer " +
+                            std::to_string(layer) + " holds " + std::to_string(held) +
+                            " positions");
+    }
+    const std::size_t hd = cache.head_dim();
+    const std::string shape = "[" + std::to_string(rows) + "][" + std::to_string(heads) + "][" +
+                              std::to_string(hd) + "] fp32";
+    const std::uint64_t bytes = std::uint64_t{rows} * heads * hd * 4;
+    if (auto st = require_bytes(q, bytes, where, "q", shape, info); !st) return st;
+    if (auto st = require_bytes(out, bytes, where, "out", shape, info); !st) return st;
+    if (heads > info.max_workgroup_count[0] || rows > info.max_workgroup_count[1]) {
+      return make_error(errc::unsupported, where,
+                        "rows: " + std::to_string(rows) + " x heads " + std::to_string(heads) +
+                            " workgroups exceed the device's dispatch limits");
+    }
+    const Push push{static_cast<std::uint32_t>(layer * cache.capacity()),
+                    static_cast<std::uint32_t>(first_pos), static_cast<std::uint32_t>(heads),
+                    static_cast<std::uint32_t>(cache.kv_heads()), static_cast<std::uint32_t>(hd),
+                    cache.format() == KvFormat::int8 ? 1u : 0u,
+                    // cache::attention_scale (not included: it pulls in the CPU kernels)
+                    static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
+    const Buffer* bound[] = {
+        &cache.k_codes(), &cache.v_codes(), &cache.k_scales(), &cache.v_scales(), &q, &out};
+    return seq.dispatch(pipeline_, bound, &push, static_cast<std::uint32_t>(heads),
+                        static_cast<std::uint32_t>(rows));
+  }
+
+  std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
+
+ private:
+  struct Push {
+    std::uint32_t pos0, first_pos, heads, kv_heads, head_dim, q8;  // see attention.comp
+    float scale;
+  };
+  Attention() = default;
+
+  ComputePipeline pipeline_;
+};
+
+}  // namespace edgellm::backend::vk
