@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// y = x W^T on a Vulkan device for one activation row (m = 1, decode), W an int4 group-128
-// kernels::Q4Matrix uploaded once in its own packed tile layout (shaders/vulkan/gemv_q4.comp).
+// y = x W^T on a Vulkan device for one activation row (m = 1, decode), W an int4 (group 32, 64
+// or 128) kernels::Q4Matrix uploaded once in its own packed tile layout (shaders/vulkan/gemv_q4.comp).
 // run() is one GEMV on the op's own x and y (its own command buffer, recorded once: write x,
 // submit, wait, read y); record() adds the same dispatch over the caller's buffers to a
 // CommandSequence, for a chain of ops in one submission.
@@ -44,6 +44,7 @@ class GemvQ4 {
       cmd_ = std::exchange(o.cmd_, VK_NULL_HANDLE);
       n_ = o.n_;
       k_ = o.k_;
+      group_ = o.group_;
       groups_x_ = o.groups_x_;
       groups_y_ = o.groups_y_;
     }
@@ -53,15 +54,15 @@ class GemvQ4 {
   GemvQ4& operator=(const GemvQ4&) = delete;
   ~GemvQ4() { free_commands(); }
 
-  /// Uploads `w` (group size 128) to device memory and records the dispatch. The Device must
+  /// Uploads `w` (group size 32, 64 or 128) to device memory and records the dispatch. The Device must
   /// outlive the op.
   static result<GemvQ4> create(Device& dev, const kernels::Q4Matrix& w,
                                const GemvQ4Options& options = {}) {
     constexpr std::string_view where = "vulkan gemv_q4";
-    if (w.empty() || w.group_size() != 128) {
+    if (w.empty() || (w.group_size() != 32 && w.group_size() != 64 && w.group_size() != 128)) {
       return make_error(errc::unsupported, where,
                         "w: group size " + std::to_string(w.group_size()) +
-                            " (the shader is for 128), or an empty matrix");
+                            " (the shader takes 32, 64 or 128), or an empty matrix");
     }
     const auto& info = dev.info();
     if (w.byte_size() > info.max_storage_buffer_range) {
@@ -73,6 +74,7 @@ class GemvQ4 {
     op.dev_ = &dev;
     op.n_ = static_cast<std::uint32_t>(w.n());
     op.k_ = static_cast<std::uint32_t>(w.k());
+    op.group_ = static_cast<std::uint32_t>(w.group_size());
     // Tiles over a 2D grid when one dimension's workgroup count is not enough.
     const std::uint32_t tiles = static_cast<std::uint32_t>(w.n_tiles());
     const std::uint32_t max_x = options.max_groups_x
@@ -141,14 +143,17 @@ class GemvQ4 {
         !st)
       return st;
     const Buffer* bound[] = {&w_, &x, &y};
-    const Push push{n_, k_ / 128, groups_x_, static_cast<std::uint32_t>(x_row * k_ / 4),
-                    static_cast<std::uint32_t>(y_row * n_)};
+    const Push push{n_, k_ / group_, group_ / 8, groups_x_,
+                    static_cast<std::uint32_t>(x_row * k_ / 4), static_cast<std::uint32_t>(y_row * n_)};
     return seq.dispatch(pipeline_, bound, &push, groups_x_, groups_y_);
   }
 
   std::size_t n() const noexcept { return n_; }
   std::size_t k() const noexcept { return k_; }
+  std::size_t group_size() const noexcept { return group_; }
   std::size_t weight_bytes() const noexcept { return w_.size(); }  ///< the packed tiles on the device
+  /// The packed tiles on the device (GemmQ4::for_shape records over the same buffer).
+  const Buffer& weights() const noexcept { return w_; }
   std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
   bool weights_host_visible() const noexcept { return w_.host_visible(); }
   std::uint32_t groups_x() const noexcept { return groups_x_; }  ///< dispatch grid
@@ -156,7 +161,7 @@ class GemvQ4 {
 
  private:
   struct Push {
-    std::uint32_t n, n_groups, tiles_x, x_offset, y_offset;
+    std::uint32_t n, n_groups, blocks, tiles_x, x_offset, y_offset;  // see gemv_q4.comp
   };
 
   GemvQ4() = default;
@@ -188,7 +193,7 @@ class GemvQ4 {
     in.dstAccessMask = VK_ACCESS_SHADER_READ_BIT;
     f.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &in, 0, nullptr, 0, nullptr);
-    const Push push{n_, k_ / 128, groups_x_, 0, 0};
+    const Push push{n_, k_ / group_, group_ / 8, groups_x_, 0, 0};
     pipeline_.record(cmd_, &push, groups_x_, groups_y_);
     VkMemoryBarrier out{};
     out.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
@@ -205,7 +210,7 @@ class GemvQ4 {
   Buffer w_, x_, y_;  // [n_tiles * n_groups] packed tiles, x [k] fp32, y [n] fp32
   ComputePipeline pipeline_;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
-  std::uint32_t n_ = 0, k_ = 0, groups_x_ = 1, groups_y_ = 1;
+  std::uint32_t n_ = 0, k_ = 0, group_ = 128, groups_x_ = 1, groups_y_ = 1;
 };
 
 }  // namespace edgellm::backend::vk
