@@ -212,6 +212,13 @@ TEST_CASE("a command sequence reports its misuse", "[vulkan][command_sequence]")
     REQUIRE(seq->submit());
     CHECK(seq->submits() == 2);
     CHECK(test::vk_read<float>(x, 3) == std::vector<float>{31, 62, 93});
+    // A recording dropped before its submit (an op failed mid-chunk) is reset cleanly.
+    REQUIRE(seq->reset());
+    REQUIRE(add->record(*seq, x, y, 3));
+    REQUIRE(seq->reset());
+    REQUIRE(add->record(*seq, x, y, 3));
+    REQUIRE(seq->submit());
+    CHECK(test::vk_read<float>(x, 3) == std::vector<float>{41, 82, 123});
 
     // Straight to dispatch(): wrong buffer count, a grid beyond limits, an empty pipeline.
     REQUIRE(seq->reset());
@@ -236,9 +243,9 @@ TEST_CASE("a command sequence reports its misuse", "[vulkan][command_sequence]")
     CHECK(seq->dispatches() == 0);
     REQUIRE(seq->dispatch(*pipe, two, &n, 1));
     REQUIRE(seq->submit());
-    CHECK(test::vk_read<float>(x, 3) == std::vector<float>{41, 82, 123});
+    CHECK(test::vk_read<float>(x, 3) == std::vector<float>{51, 102, 153});
     vk::CommandSequence moved = std::move(*seq);
-    CHECK(moved.submits() == 3);
+    CHECK(moved.submits() == 4);
 
     vk::DeviceInfo info;
     info.max_workgroup_count[0] = 10;

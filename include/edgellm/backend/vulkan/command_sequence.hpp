@@ -113,13 +113,16 @@ class CommandSequence {
     return s;
   }
 
-  /// Drops what was recorded (and its descriptor sets) and starts a new recording. The
-  /// Device's pool lets vkBeginCommandBuffer reset the buffer.
+  /// Drops what was recorded (and its descriptor sets), submitted or not, and starts a new
+  /// recording. The Device's pool lets vkBeginCommandBuffer reset the buffer.
   status reset() {
+    const auto& f = dev_->fn();
+    // A recording in progress (dropped unsubmitted, e.g. after an op's error) is ended first:
+    // vkBeginCommandBuffer must not meet a buffer in the recording state. Before its sets go.
+    if (recording_) f.vkEndCommandBuffer(cmd_);
     sets_.clear();
     dispatches_ = 0;
     recording_ = false;
-    const auto& f = dev_->fn();
     VkCommandBufferBeginInfo begin{};
     begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     if (auto r = f.vkBeginCommandBuffer(cmd_, &begin); r != VK_SUCCESS)
