@@ -2,6 +2,7 @@
 // edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
 // shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
 #include "cli.hpp"
+#include "vulkan_model.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/detail/split.hpp"
 #include "edgellm/model/transformer.hpp"
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -45,6 +47,9 @@ constexpr const char* kUsage =
     "                    ignored with --fp32-reference\n"
     "  -t, --threads N   threads for matmuls and attention (default 1; at most 4 x the\n"
     "                    hardware threads, and 256)\n"
+    "  --backend B       cpu (default) or vulkan: the whole forward on a Vulkan device (int4\n"
+    "                    linears, an f16 lm_head: --lm-head defaults to f16 there; f16 KV)\n"
+    "  --device N        the Vulkan device's index (default: discrete > integrated > CPU)\n"
     "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
     "  --quiet           no loading progress (a bar on a terminal, else a line per 10 %) and\n"
     "                    no 'wrote' line on stderr; errors and warnings still\n"
@@ -61,6 +66,8 @@ struct Args {
   std::size_t threads = 1;
   edgellm::model::LmHeadFormat lm_head = edgellm::model::LmHeadFormat::int8;
   bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
+  edgellm::tools::BackendKind backend = edgellm::tools::BackendKind::cpu;
+  std::optional<std::uint32_t> device;
 };
 
 // Parses argv; on error prints the reason and returns false (exit code 2).
@@ -96,6 +103,18 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       if (!f) return fail("--lm-head: '" + v + "' is not f16, int8 or int4");
       a.lm_head = *f;
       a.lm_head_given = true;
+    } else if (arg == "--backend") {
+      if (!value(v)) return fail("--backend: missing cpu or vulkan");
+      const auto b = edgellm::tools::parse_backend(v);
+      if (!b) return fail("--backend: '" + v + "' is not cpu or vulkan");
+      a.backend = *b;
+    } else if (arg == "--device") {
+      if (!value(v)) return fail("--device: missing N");
+      std::uint32_t n = 0;
+      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || p != v.data() + v.size())
+        return fail("--device: '" + v + "' is not a device index");
+      a.device = n;
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
     } else if (arg == "--quiet") {
@@ -133,6 +152,13 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
     }
   }
   if (a.model.empty()) return fail("--model DIR is required");
+  if (a.backend == edgellm::tools::BackendKind::vulkan) {
+    if (const std::string why = edgellm::tools::vulkan_unavailable(); !why.empty())
+      return fail(why);
+    if (a.fp32_reference) return fail("--fp32-reference runs on the CPU only; drop --backend vulkan");
+  } else if (a.device) {
+    return fail("--device: applies to --backend vulkan only");
+  }
   if (!have_ids) return fail("--ids is required");
   if (a.out.empty()) return fail("--out FILE.json is required");
   if (a.fp32_reference && a.exact) {
@@ -182,7 +208,9 @@ int run(const Args& a) {
   lo.allow_extra_tensors = a.allow_extra_tensors;
   edgellm::tools::ProgressBar progress(a.quiet);
   lo.progress = std::ref(progress);
-  lo.lm_head = a.lm_head;
+  const bool on_vulkan = a.backend == edgellm::tools::BackendKind::vulkan;
+  // The device runs an f16 lm_head (or int4), not the CPU's default int8.
+  lo.lm_head = on_vulkan && !a.lm_head_given ? edgellm::model::LmHeadFormat::as_stored : a.lm_head;
   auto w = edgellm::model::load_weights(a.model, lo);
   if (!w && !a.lm_head_given && !a.fp32_reference) {
     lo.lm_head = edgellm::model::LmHeadFormat::as_stored;  // e.g. no group size divides hidden
@@ -198,17 +226,32 @@ int run(const Args& a) {
   // longer than max_position_embeddings run (RoPE is defined there, merely untrained); a Mistral
   // prompt longer than its sliding window is refused by create().
   to.context_size = a.ids.empty() ? 1 : a.ids.size();
-  auto t = edgellm::model::Transformer<>::create(*w, to);
-  if (!t) return fail(t.error().message);
-
-  const std::size_t vocab = t->vocab_size();
   const auto mode =
       a.all_positions ? edgellm::decode::LogitsMode::all : edgellm::decode::LogitsMode::last;
   const std::size_t rows = a.all_positions ? a.ids.size() : 1;
-  std::vector<float> logits(rows * vocab);
-  if (auto st = t->forward(a.ids, mode, logits); !st) return fail("--ids: " + st.error().message);
+  std::vector<float> logits;
+  std::size_t vocab = 0;
+  const auto forward = [&](auto& t) -> int {
+    vocab = t.vocab_size();
+    logits.resize(rows * vocab);
+    if (auto st = t.forward(a.ids, mode, logits); !st) return fail("--ids: " + st.error().message);
+    return 0;
+  };
+  if (on_vulkan) {
+#if EDGELLM_TOOLS_VULKAN
+    // An f16 KV cache on the device: the closest it keeps to this tool's fp32 one.
+    auto vm = edgellm::tools::make_vulkan_model(*w, to, edgellm::cache::KvType::f16, a.device);
+    if (!vm) return fail(vm.error().message);
+    if (const int rc = forward(*vm->model); rc != 0) return rc;
+#endif
+  } else {
+    auto t = edgellm::model::Transformer<>::create(*w, to);
+    if (!t) return fail(t.error().message);
+    if (const int rc = forward(*t); rc != 0) return rc;
+  }
 
   const char* mode_name = a.fp32_reference ? "fp32-reference"
+                          : on_vulkan      ? "int4-vulkan"
                           : a.exact        ? "int4-exact"
                                            : "int4-fast";
   std::size_t non_finite = 0;

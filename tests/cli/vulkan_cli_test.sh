@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# edgellm-logits --backend vulkan (lavapipe in CI) against the CPU's exact path with the stored
+# lm_head on the fixtures (Llama, Qwen2, Qwen3; fp16 quantised at load and AutoAWQ int4): every
+# position within 1e-2 of that position's logit range; and its refusals. Exit 77 (skipped)
+# where the host has no Vulkan device.
+#   vulkan_cli_test.sh LOGITS_BIN SOURCE_DIR
+set -uo pipefail
+logits=$1
+src=$2
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+probe=$("$logits" --model "$src/models/kjv-draft-awq" --ids 1 --out - --backend vulkan --quiet 2>&1 >/dev/null)
+if printf '%s' "$probe" | grep -q "no Vulkan"; then
+  echo "SKIPPED: $probe"
+  exit 77
+fi
+
+for f in llama-awq-gemm qwen2-awq-gemm qwen3-awq-gemm llama-fp16 qwen2-fp16 qwen3-fp16; do
+  dir="$src/tests/data/model/$f"
+  ids=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["ids"])))' "$dir/expected.json")
+  if ! "$logits" --model "$dir" --ids "$ids" --all-positions --out "$tmp/vk.json" --backend vulkan --quiet 2>"$tmp/err"; then
+    fail "logits --backend vulkan on $f" "$(cat "$tmp/err")"
+    continue
+  fi
+  "$logits" --model "$dir" --ids "$ids" --all-positions --out "$tmp/cpu.json" --exact --lm-head f16 --quiet
+  worst=$(python3 - "$tmp/vk.json" "$tmp/cpu.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["mode"] == "int4-vulkan", a["mode"]
+worst = 0.0
+for ra, rb in zip(a["logits"], b["logits"], strict=True):
+    worst = max(worst, max(abs(x - y) for x, y in zip(ra, rb, strict=True)) / (max(rb) - min(rb)))
+print(f"{worst:.2e}")
+PY
+)
+  if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-2 else 1)" "$worst"; then
+    ok "logits --backend vulkan on $f: worst |diff| $worst of the logit range"
+  else
+    fail "logits --backend vulkan on $f: worst |diff| $worst of the logit range (> 1e-2)"
+  fi
+done
+
+EXPECT_STREAM=stderr
+expect "vulkan: a bf16 lm_head is refused with a way out" 1 "BF16.*--lm-head int4" -- "$logits" --model "$src/tests/data/model/llama-bf16" --ids 1,2 --out - --backend vulkan --quiet
+expect "vulkan: --lm-head int4 runs the bf16 checkpoint" 0 "^$" -- "$logits" --model "$src/tests/data/model/llama-bf16" --ids 1,2 --out - --backend vulkan --lm-head int4 --quiet
+expect "vulkan: --lm-head int8 has no shader" 1 "int8.*--lm-head f16" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1,2 --out - --backend vulkan --lm-head int8 --quiet
+expect "vulkan: a device index past the last" 1 "device.*--backend cpu" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1,2 --out - --backend vulkan --device 99 --quiet
+expect "vulkan: --backend gpu" 2 "--backend: 'gpu' is not cpu or vulkan" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1 --out - --backend gpu
+expect "vulkan: --fp32-reference is CPU only" 2 "CPU only" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1 --out - --backend vulkan --fp32-reference
+finish

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CLI's `--backend vulkan`: a model::Transformer whose ops and KV cache live on a Vulkan
+// device (backend/vulkan/backend.hpp), together with the device it runs on. Only in builds with
+// the Vulkan backend (EDGELLM_TOOLS_VULKAN); the others say how to get one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "edgellm/cache/quantized_kv_cache.hpp"
+#include "edgellm/model/transformer.hpp"
+#include "edgellm/result.hpp"
+
+#if EDGELLM_TOOLS_VULKAN
+#include "edgellm/backend/vulkan/backend.hpp"
+#endif
+
+namespace edgellm::tools {
+
+/// What --backend names.
+enum class BackendKind { cpu, vulkan };
+
+/// Parses --backend's value: cpu | vulkan.
+inline std::optional<BackendKind> parse_backend(std::string_view s) {
+  if (s == "cpu") return BackendKind::cpu;
+  if (s == "vulkan") return BackendKind::vulkan;
+  return std::nullopt;
+}
+
+/// Why --backend vulkan cannot run in this build, or "" when it can.
+inline std::string vulkan_unavailable() {
+#if EDGELLM_TOOLS_VULKAN
+  return {};
+#else
+  return "--backend vulkan: this build has no Vulkan backend (configure with "
+         "-DEDGELLM_VULKAN=ON where vulkan/vulkan.h is installed); use --backend cpu";
+#endif
+}
+
+#if EDGELLM_TOOLS_VULKAN
+/// A device and the model on it; the model is destroyed first (it holds device objects).
+struct VulkanModel {
+  using Model = model::Transformer<backend::vk::KVCache, backend::vk::Backend>;
+  std::unique_ptr<backend::vk::Device> device;
+  std::optional<Model> model;
+};
+
+/// Opens the Vulkan device (`device_index`, or the backend's rule) and assembles `weights` on it
+/// with a KV cache of `kv` (int8 or f16; fp32 has no device format) for options.context_size
+/// positions. Errors say what is missing and how to fall back to --backend cpu.
+inline result<VulkanModel> make_vulkan_model(
+    std::shared_ptr<const model::TransformerWeights> weights,
+    const model::TransformerOptions& options, cache::KvType kv,
+    std::optional<std::uint32_t> device_index) {
+  namespace vk = backend::vk;
+  const auto fallback = [](error e) {
+    if (e.message.find("--backend cpu") == std::string::npos) e.message += " (run with --backend cpu)";
+    return e;
+  };
+  if (kv == cache::KvType::f32) {
+    return make_error(errc::unsupported, "--backend vulkan",
+                      "--kv-type f32: the device caches hold int8 or f16; choose one of them");
+  }
+  auto ctx = VulkanModel::Model::checked_context(*weights, options);
+  if (!ctx) return ctx.error();
+  vk::DeviceOptions dopts;
+  dopts.device_index = device_index;
+  auto dev = vk::Device::create(dopts);
+  if (!dev) return fallback(dev.error());
+  const model::ModelConfig& c = weights->config;
+  auto cache = vk::KVCache::create(**dev, kv == cache::KvType::int8 ? vk::KvFormat::int8
+                                                                     : vk::KvFormat::f16,
+                                   c.num_hidden_layers, c.num_key_value_heads, c.head_dim, *ctx);
+  if (!cache) return fallback(cache.error());
+  auto b = vk::Backend::create(**dev, VulkanModel::Model::model_shape(c, options.max_batch));
+  if (!b) return fallback(b.error());
+  model::TransformerOptions o = options;
+  o.context_size = *ctx;
+  auto t = VulkanModel::Model::assemble(std::move(weights), o, std::move(*cache), std::move(*b));
+  if (!t) return fallback(t.error());
+  VulkanModel out;
+  out.device = std::move(*dev);
+  out.model.emplace(std::move(*t));
+  return out;
+}
+#endif
+
+}  // namespace edgellm::tools
