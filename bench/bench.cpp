@@ -22,6 +22,12 @@
 // mmapped checkpoint; --no-lock skips mlock of the owned weights (the `weights` column says
 // which happened).
 //
+// --backend vulkan [--device N] (builds with the Vulkan backend): the pp and tg rows of the whole
+// model on a Vulkan device (backend/vulkan/backend.hpp, the KV cache on the device, int8 or
+// f16), with membw_gbps / pct_roofline against the Vulkan bandwidth probe on the same device and
+// submits_per_token (queue submissions per decode step: 1 when a step is one command buffer).
+// Rows carry `backend` and `device` (the CPU model, or the driver's device name).
+//
 // --profile: instead of those rows, one tg<N> decode per thread count with every op timed
 // (backend::Profile) and the pool's fork-joins counted; one row per op kind (op: its name,
 // ms_per_token, pct_token = its share of the token's wall time, calls_per_token,
@@ -44,6 +50,11 @@
 #include "edgellm/session.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
+
+#if EDGELLM_BENCH_VULKAN
+#include "edgellm/backend/vulkan/backend.hpp"
+#include "edgellm/backend/vulkan/membw_probe.hpp"
+#endif
 
 namespace bench = edgellm::bench;
 using namespace edgellm;
@@ -162,7 +173,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     out.row({dir, "pp" + std::to_string(P), threads, path, kv_name, pp_tps.median, pp_tps.mean,
              pp_tps.stddev, pp_ms.median, pp_ms.mean, pp_ms.stddev, mb,
              static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
-             weights_state, bench::null});
+             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null});
 
     // tg: N greedy single-token steps after a 16-token prompt. The read bandwidth is probed
     // before each rep and after the last (this host's drifts by tens of percent between
@@ -217,7 +228,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
              static_cast<long long>(bench::peak_rss_bytes()),
              membw > 0 ? bench::value(membw) : bench::value(),
              roofline_applies ? bench::value(roofline) : bench::value(), weights_state,
-             bench::null});
+             bench::null, "cpu", bench::cpu_model(), bench::null});
     // start16: from the start of loading to the first token of the 16-token prompt (load time
     // plus that prefill; mlock excluded), the figure an app sees at launch.
     const double start_ms = load_s * 1e3 + ttft_ms;
@@ -227,7 +238,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     out.row({dir, "start" + std::to_string(start.size()), threads, path, kv_name, bench::null,
              bench::null, bench::null, start_ms, load_s * 1e3 + ttft.mean, ttft.stddev, mb,
              static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
-             weights_state, bench::null});
+             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null});
 
     // Prefix cache: time to first token for a kSystem-token system prompt + a kUser-token user
     // message, cold (both prefilled) and with the system prompt's state restored from an
@@ -259,10 +270,143 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     out.row({dir, fmt::format("prefix{}+{}", kSystem, kUser), threads, path, kv_name,
              bench::null, bench::null, bench::null, warm.median_us / 1e3, warm.mean_us / 1e3,
              warm.stddev_us / 1e3, mb, static_cast<long long>(bench::peak_rss_bytes()),
-             bench::null, bench::null, weights_state, cold.median_us / warm.median_us});
+             bench::null, bench::null, weights_state, cold.median_us / warm.median_us, "cpu",
+             bench::cpu_model(), bench::null});
   }
   return 0;
 }
+
+#if EDGELLM_BENCH_VULKAN
+// --backend vulkan: pp and tg rows of the model on a Vulkan device (see the top of this file).
+int run_model_vulkan(const std::string& dir, const bench::options& opts, std::size_t P,
+                     std::size_t N, model::LoadOptions load, cache::KvType kv,
+                     const std::string& kv_name, int device_index, bench::table& out) {
+  namespace vk = backend::vk;
+  if (kv == cache::KvType::f32) {
+    bench::note("[vulkan] --kv-type f32: the device caches hold int8 or f16");
+    return 2;
+  }
+  if (load.lm_head == model::LmHeadFormat::int8) {
+    bench::note("[vulkan] the int8 lm_head has no shader: running the stored (f16) one");
+    load.lm_head = model::LmHeadFormat::as_stored;
+  }
+  const auto t_load = std::chrono::steady_clock::now();
+  auto weights = model::load_weights(dir, load);
+  if (!weights) return (bench::note("{}", weights.error().message), 1);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  const model::TransformerWeights& w = **weights;
+  const std::size_t per_token = bytes_per_token(w), V = w.config.vocab_size;
+  vk::DeviceOptions dopts;
+  if (device_index >= 0) dopts.device_index = static_cast<std::uint32_t>(device_index);
+  auto dev = vk::Device::create(dopts);
+  if (!dev) {
+    bench::note("[vulkan] {} (run with --backend cpu)", dev.error().message);
+    // 77: skipped (ctest's SKIP_RETURN_CODE) where the host has no Vulkan loader or device.
+    return dev.error().message.find("no Vulkan") != std::string::npos ? 77 : 1;
+  }
+  const std::string device_name = (*dev)->info().name;
+  // A CPU implementation (lavapipe) keeps weights that fit the last-level cache there, as the
+  // CPU backend does: no DRAM roofline for them.
+  const std::size_t llc = bench::last_level_cache_bytes();
+  const bool roofline_applies =
+      (*dev)->info().type != VK_PHYSICAL_DEVICE_TYPE_CPU || (llc != 0 && per_token > llc);
+  using VkModel = model::Transformer<vk::KVCache, vk::Backend>;
+  model::TransformerOptions to;
+  to.context_size = P + N + 24;
+  to.max_batch = std::max<std::size_t>(P, 64);
+  const model::ModelConfig& c = w.config;
+  auto kvc = vk::KVCache::create(**dev, kv == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16,
+                                 c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
+                                 to.context_size);
+  if (!kvc) return (bench::note("[vulkan] {}", kvc.error().message), 1);
+  auto b = vk::Backend::create(**dev, VkModel::model_shape(c, to.max_batch));
+  if (!b) return (bench::note("[vulkan] {}", b.error().message), 1);
+  auto tr = VkModel::assemble(*weights, to, std::move(*kvc), std::move(*b));
+  if (!tr) return (bench::note("[vulkan] {} (run with --backend cpu)", tr.error().message), 1);
+  bench::note("[vulkan] {} on {}: loaded in {:.2f} s, {:.3f} GB read per token", dir, device_name,
+              load_s, static_cast<double>(per_token) / 1e9);
+  const int reps = opts.reps_or(opts.quick ? 1 : 3);
+  std::vector<std::int32_t> prompt(P);
+  for (std::size_t i = 0; i < P; ++i) prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+  std::vector<float> logits(V);
+  const auto mb = static_cast<long long>(w.owned_bytes());
+  const auto fail = [](const status& st) {
+    bench::note("[vulkan] {}", st.error().message);
+    std::exit(1);
+  };
+  const auto pp = bench::measure(
+      [&] {
+        if (auto st = tr->truncate(0); !st) fail(st);
+        if (auto st = tr->forward(prompt, decode::LogitsMode::last, logits); !st) fail(st);
+        bench::do_not_optimize(logits[0]);
+      },
+      reps, 1);
+  std::vector<double> pp_tps_reps, pp_ms_reps;
+  for (const double us : pp.samples_us) {
+    pp_tps_reps.push_back(static_cast<double>(P) / (us * 1e-6));
+    pp_ms_reps.push_back(us / 1e3);
+  }
+  const bench::stats pp_tps = bench::summarize(pp_tps_reps), pp_ms = bench::summarize(pp_ms_reps);
+  out.row({dir, "pp" + std::to_string(P), bench::null, "vulkan", kv_name, pp_tps.median,
+           pp_tps.mean, pp_tps.stddev, pp_ms.median, pp_ms.mean, pp_ms.stddev, mb,
+           static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
+           "device", bench::null, "vulkan", device_name, bench::null});
+  // tg: N greedy steps after a 16-token prompt, the Vulkan probe before each rep and after the
+  // last; submissions counted over the steps.
+  const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+  std::vector<double> probes, decodes_s, ttfts_ms;
+  const auto probe = [&] {
+    auto p = vk::MembwProbe::create(**dev, std::min<std::size_t>(
+                                               probe_bytes, (*dev)->info().max_storage_buffer_range));
+    auto r = p ? p->run(3) : result<vk::ProbeResult>(p.error());
+    if (!r) bench::note("[vulkan] probe: {}", r.error().message);
+    probes.push_back(r ? r->bytes_per_second / 1e9 : 0.0);
+  };
+  const std::vector<std::int32_t> start(prompt.begin(),
+                                        prompt.begin() + std::min<std::size_t>(16, P));
+  std::size_t submits = 0;
+  for (int r = 0; r < reps; ++r) {
+    probe();
+    if (auto st = tr->truncate(0); !st) fail(st);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto st = tr->forward(start, decode::LogitsMode::last, logits); !st) fail(st);
+    const auto t1 = std::chrono::steady_clock::now();
+    ttfts_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    const std::size_t s0 = tr->backend().submits();
+    for (std::size_t i = 0; i < N; ++i) {
+      const auto next = static_cast<std::int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (auto st = tr->forward(std::span(&next, 1), decode::LogitsMode::last, logits); !st)
+        fail(st);
+    }
+    decodes_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    submits += tr->backend().submits() - s0;
+  }
+  probe();
+  std::vector<double> shares, tps_reps;
+  for (std::size_t r = 0; r < decodes_s.size(); ++r) {
+    const double bw = 0.5 * (probes[r] + probes[r + 1]);
+    const double tps = static_cast<double>(N) / std::max(1e-9, decodes_s[r]);
+    tps_reps.push_back(tps);
+    if (bw > 0) shares.push_back(static_cast<double>(per_token) * tps / (bw * 1e9) * 100);
+  }
+  const bench::stats tg = bench::summarize(tps_reps), ttft = bench::summarize(ttfts_ms);
+  const double membw = bench::median(probes);
+  const double roofline = shares.empty() ? std::nan("") : bench::median(shares);
+  const double spt = static_cast<double>(submits) / static_cast<double>(N * static_cast<std::size_t>(reps));
+  bench::note("[vulkan] pp{} {:.1f} tok/s, tg{} {:.2f} tok/s ({:.0f}% of the {:.2f} GB/s Vulkan "
+              "probe), {:.2f} submissions per token",
+              P, pp_tps.median, N, tg.median, roofline, membw, spt);
+  out.row({dir, "tg" + std::to_string(N), bench::null, "vulkan", kv_name, tg.median, tg.mean,
+           tg.stddev, ttft.median, ttft.mean, ttft.stddev, mb,
+           static_cast<long long>(bench::peak_rss_bytes()),
+           membw > 0 ? bench::value(membw) : bench::value(),
+           roofline_applies ? bench::value(roofline) : bench::value(), "device", bench::null,
+           "vulkan", device_name, spt});
+  return 0;
+}
+#endif
 
 // --profile: N greedy single-token steps after a 16-token prompt and 2 warm-up steps, with
 // every op of the steps timed; the rows are described at the top of this file.
@@ -352,7 +496,8 @@ int main(int argc, char** argv) {
   std::size_t P = 128, N = 64;
   bool exact = false, lock = true, packed_copy = false, force = false, allow_extra = false;
   bool profile = false;
-  std::string kv = "int8";
+  std::string kv = "int8", backend_arg = "cpu";
+  int device_index = -1;
   model::LmHeadFormat lm_head = model::LmHeadFormat::int8;  // the CLIs' default
   std::string packed_cache;
   bench::options o;
@@ -388,6 +533,13 @@ int main(int argc, char** argv) {
                         allow_extra),
           flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache type", kv),
           flag::boolean({"--no-lock"}, "do not mlock the packed weights", lock, false),
+          flag::string({"--backend"}, "cpu|vulkan",
+                       "where the model runs: the CPU backend, or every op and the KV cache\n"
+                       "on a Vulkan device (builds with the Vulkan backend)",
+                       backend_arg),
+          flag::number<int>({"--device"}, "N",
+                            "Vulkan device index (-1: discrete > integrated > CPU)",
+                            device_index, -1, 1024),
           flag::boolean({"--profile"},
                         "instead of the timing rows: ms, calls and fork-joins per token\nper "
                         "op kind of a tg decode",
@@ -424,10 +576,34 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (backend_arg != "cpu" && backend_arg != "vulkan") {
+    bench::note("--backend {}: expected cpu or vulkan", backend_arg);
+    return 2;
+  }
+  if (backend_arg == "vulkan") {
+#if EDGELLM_BENCH_VULKAN
+    if (profile) return (bench::note("--profile times the CPU backend's ops; drop --backend vulkan"), 2);
+    bench::table vout(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s_median",
+                          "tokens_per_s_mean", "tokens_per_s_stddev", "ttft_ms_median",
+                          "ttft_ms_mean", "ttft_ms_stddev", "model_bytes", "peak_rss_bytes",
+                          "membw_gbps", "pct_roofline", "weights", "prefix_speedup", "backend",
+                          "device", "submits_per_token"});
+    for (const auto& dir : models)
+      if (const int rc = run_model_vulkan(dir, o, P, N, load, *kv_type, kv, device_index, vout);
+          rc != 0)
+        return rc;
+    return 0;
+#else
+    bench::note("--backend vulkan: this build has no Vulkan backend (configure with "
+                "-DEDGELLM_VULKAN=ON and the Vulkan headers); use --backend cpu");
+    return 2;
+#endif
+  }
   bench::table out(o, {"model", "test", "threads", "path", "kv_type", "tokens_per_s_median",
                        "tokens_per_s_mean", "tokens_per_s_stddev", "ttft_ms_median",
                        "ttft_ms_mean", "ttft_ms_stddev", "model_bytes", "peak_rss_bytes",
-                       "membw_gbps", "pct_roofline", "weights", "prefix_speedup"});
+                       "membw_gbps", "pct_roofline", "weights", "prefix_speedup", "backend",
+                       "device", "submits_per_token"});
   const std::size_t llc = bench::last_level_cache_bytes();
   for (const auto& dir : models) {
     const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {
