@@ -89,7 +89,7 @@ double worst_relative(const std::vector<float>& a, const std::vector<float>& b, 
 }  // namespace
 
 TEST_CASE("a Transformer on Vulkan matches the CPU's exact path on the fixtures",
-          "[vulkan][backend]") {
+          "[vulkan][vk_backend]") {
   std::shared_ptr<const vk::ValidationLog> log;
   {
     auto dev = test::vulkan_test_device();
@@ -127,7 +127,7 @@ TEST_CASE("a Transformer on Vulkan matches the CPU's exact path on the fixtures"
 }
 
 TEST_CASE("Vulkan decode: one submission a token, rollback, and the bundled model's greedy text",
-          "[vulkan][backend]") {
+          "[vulkan][vk_backend]") {
   std::shared_ptr<const vk::ValidationLog> log;
   {
     auto dev = test::vulkan_test_device();
@@ -186,7 +186,7 @@ TEST_CASE("Vulkan decode: one submission a token, rollback, and the bundled mode
   test::require_no_validation_messages(*log);
 }
 
-TEST_CASE("the Vulkan backend refuses what it cannot run, by name", "[vulkan][backend]") {
+TEST_CASE("the Vulkan backend refuses what it cannot run, by name", "[vulkan][vk_backend]") {
   std::shared_ptr<const vk::ValidationLog> log;
   {
     auto dev = test::vulkan_test_device();

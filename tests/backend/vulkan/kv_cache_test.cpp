@@ -117,7 +117,7 @@ void check_rows_match(vk::Device& dev, vk::KvFormat format, std::size_t head_dim
 }  // namespace
 
 TEST_CASE("the Vulkan KV cache stores rows as the CPU caches do, bit for bit",
-          "[vulkan][kv_cache]") {
+          "[vulkan][vk_kv_cache]") {
   std::shared_ptr<const vk::ValidationLog> log;
   {
     auto dev = test::vulkan_test_device();
@@ -132,7 +132,7 @@ TEST_CASE("the Vulkan KV cache stores rows as the CPU caches do, bit for bit",
   test::require_no_validation_messages(*log);
 }
 
-TEST_CASE("the Vulkan KV cache names the bad argument", "[vulkan][kv_cache]") {
+TEST_CASE("the Vulkan KV cache names the bad argument", "[vulkan][vk_kv_cache]") {
   std::shared_ptr<const vk::ValidationLog> log;
   {
     auto dev = test::vulkan_test_device();
