@@ -614,11 +614,16 @@ TEST_CASE("speculative: adaptive k falls back to plain decoding with a useless d
   INFO("draft forwarded " << draft.forwarded << " tokens in " << draft.forwards
                           << " forwards for " << N << " decoded; largest " << draft.largest_forward);
   CHECK(draft.largest_forward <= Decoder::kCatchUpWindow + 1);
-  CHECK(draft.forwarded < N);
   // How often the decoder probes depends on measured times (273 tokens forwarded in release;
-  // 303-366 under qemu, sanitizers or a busy machine): reported, not checked.
+  // 303-402 under qemu, sanitizers or a busy machine): the total is checked only when the run
+  // kept to its modelled time, and reported otherwise.
   const bool faithful_clock = wall_us < 1.2 * spec_us;
-  if (!faithful_clock) WARN("the run took " << wall_us / spec_us << "x its modelled time");
+  if (faithful_clock) {
+    CHECK(draft.forwarded < N);
+  } else {
+    WARN("the run took " << wall_us / spec_us << "x its modelled time; the draft forwarded "
+                         << draft.forwarded << " tokens for " << N << " decoded");
+  }
 }
 
 TEST_CASE("speculative: adaptive k drafts long with a good draft", "[speculative]") {
