@@ -10,10 +10,10 @@
 //   auto t = model::Transformer<vk::KVCache, vk::Backend>::assemble(weights, options,
 //                                                                   std::move(*cache), std::move(*b));
 //
-// What it runs: int4 linears in groups of 32, 64 or 128 (the AutoAWQ layout and RTN at load) and a dense fp16
-// lm_head or embedding; fp32, fp16 and bf16 embedding tables. int8 linears (the int8 lm_head,
-// mixed-precision checkpoints) and dense bf16/fp32 linears are refused at upload with an error
-// that names the linear's shape and says what to choose instead.
+// What it runs: int4 linears in groups of 32, 64 or 128 (the AutoAWQ layout and RTN at load)
+// and a dense fp16 lm_head or embedding; fp32, fp16 and bf16 embedding tables. int8 linears
+// (the int8 lm_head, mixed-precision checkpoints) and dense bf16/fp32 linears are refused at
+// upload with an error that names the linear's shape and says what to choose instead.
 #pragma once
 
 #include "edgellm/backend/backend.hpp"

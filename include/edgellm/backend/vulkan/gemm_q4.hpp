@@ -67,7 +67,7 @@ class GemmQ4 {
   static result<GemmQ4> for_shape(Device& dev, std::size_t n, std::size_t k, std::size_t group,
                                   std::size_t max_m) {
     constexpr std::string_view where = "vulkan gemm_q4";
-    if (group != 32 && group != 64 && group != 128) {
+    if (!kernels::is_supported_group_size(group)) {
       return make_error(errc::unsupported, where,
                         "w: group size " + std::to_string(group) +
                             " (the shader takes 32, 64 or 128)");

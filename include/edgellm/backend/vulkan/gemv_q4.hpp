@@ -54,12 +54,12 @@ class GemvQ4 {
   GemvQ4& operator=(const GemvQ4&) = delete;
   ~GemvQ4() { free_commands(); }
 
-  /// Uploads `w` (group size 32, 64 or 128) to device memory and records the dispatch. The Device must
-  /// outlive the op.
+  /// Uploads `w` (group size 32, 64 or 128) to device memory and records the dispatch. The
+  /// Device must outlive the op.
   static result<GemvQ4> create(Device& dev, const kernels::Q4Matrix& w,
                                const GemvQ4Options& options = {}) {
     constexpr std::string_view where = "vulkan gemv_q4";
-    if (w.empty() || (w.group_size() != 32 && w.group_size() != 64 && w.group_size() != 128)) {
+    if (w.empty() || !kernels::is_supported_group_size(w.group_size())) {
       return make_error(errc::unsupported, where,
                         "w: group size " + std::to_string(w.group_size()) +
                             " (the shader takes 32, 64 or 128), or an empty matrix");
