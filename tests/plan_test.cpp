@@ -22,6 +22,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace test_plan {
+
 namespace {
 
 using namespace edgellm;
@@ -332,3 +334,5 @@ TEST_CASE("plan: the tokenizer estimate bounds its measured heap", "[plan]") {
   CHECK(used <= p->tokenizer_bytes);
   CHECK(used * 3 >= p->tokenizer_bytes);
 }
+
+}  // namespace test_plan

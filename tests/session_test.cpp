@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_session {
+
 namespace {
 
 using namespace edgellm;
@@ -482,3 +484,5 @@ TEST_CASE("Session: under an address-space limit, load and generate end cleanly"
   WARN("baseline " + std::to_string(base >> 10) + " KiB, the run maps up to " +
        std::to_string(need >> 10) + " KiB more:\n" + table);
 }
+
+}  // namespace test_session

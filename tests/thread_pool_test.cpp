@@ -13,6 +13,8 @@
 
 #include "support/limited_child.hpp"
 
+namespace test_thread_pool {
+
 using namespace edgellm;
 
 TEST_CASE("ThreadPool::create rejects a thread count of 0", "[thread_pool]") {
@@ -195,3 +197,5 @@ TEST_CASE("ThreadPool::create: a thread that cannot start is an error, not std::
   CHECK_THAT(child.output, Contains("out of memory") && Contains("cannot start thread") &&
                                Contains("[ThreadPool::create]"));
 }
+
+}  // namespace test_thread_pool

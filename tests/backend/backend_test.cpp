@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <span>
 
+namespace test_backend_backend {
+
 namespace {
 
 // A KV cache that satisfies cache::KVCache but does not show its storage (no layer_view()):
@@ -62,3 +64,5 @@ TEST_CASE("LinearTarget pairs a backend's matrix with its output tensor", "[back
   CHECK(t.y.cols == 2);
   CHECK(t.y.data.size() == 4);
 }
+
+}  // namespace test_backend_backend

@@ -17,6 +17,8 @@
 #include <span>
 #include <vector>
 
+namespace test_backend_cpu {
+
 namespace {
 
 using edgellm::ThreadPool;
@@ -287,3 +289,5 @@ TEST_CASE("Cpu backend: attention forks only when the work is worth it, with the
   CHECK(pd == 0);  // the short decode step is not
   REQUIRE(parallel == serial);
 }
+
+}  // namespace test_backend_cpu

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+namespace test_backend_host_state {
+
 using edgellm::backend::HostState;
 using edgellm::backend::ModelShape;
 
@@ -86,3 +88,5 @@ TEST_CASE("HostState::embed copies the table rows of the ids", "[backend]") {
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(x->data[i] == want[i]);
   for (std::size_t i = want.size(); i < x->data.size(); ++i) CHECK(x->data[i] == 0.0f);
 }
+
+}  // namespace test_backend_host_state

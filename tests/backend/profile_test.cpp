@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_backend_profile {
+
 namespace {
 
 using edgellm::ThreadPool;
@@ -141,3 +143,5 @@ TEST_CASE("Cpu backend with a Profile: each op under its kind, linears told apar
   REQUIRE(plain->linear(&o_proj, *x2, *n2, 1));
   CHECK(p.total().calls == before.total().calls);
 }
+
+}  // namespace test_backend_profile

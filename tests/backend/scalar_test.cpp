@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+namespace test_backend_scalar {
+
 namespace {
 
 using edgellm::backend::Cpu;
@@ -167,3 +169,5 @@ TEST_CASE("Scalar backend: an int8 lm_head gives the CPU backend's logits", "[ba
           (path == MatmulPath::exact ? kExactTolerance : fast_tolerance(w)));
   }
 }
+
+}  // namespace test_backend_scalar

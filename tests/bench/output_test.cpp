@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+namespace test_bench_output {
+
 using namespace edgellm::bench;
 
 namespace {
@@ -74,3 +76,5 @@ TEST_CASE("bench output: cells", "[bench]") {
   REQUIRE(render_cell(1.0 / 3.0, output_format::tsv) == "0.333333");
   REQUIRE(render_cell(true, output_format::json) == "\"true\"");
 }
+
+}  // namespace test_bench_output

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_cache_attention {
+
 using namespace edgellm::cache;
 
 TEST_CASE("attention_macs counts the causal positions of each query", "[cache]") {
@@ -22,3 +24,5 @@ TEST_CASE("attention_worth_forking: short decode steps stay on the caller", "[ca
   CHECK(attention_worth_forking(128, 0, 32, 64));
   CHECK(attention_macs(1, 255, 32, 64) == kAttentionForkMinMacs);
 }
+
+}  // namespace test_cache_attention

@@ -16,6 +16,8 @@
 #include <span>
 #include <vector>
 
+namespace test_cache_dense_kv_cache {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -282,3 +284,5 @@ TEST_CASE("KV cache: softmax is stable for large scores", "[cache]") {
     CHECK(o == Approx(2.5f).epsilon(1e-6));  // positions 1 and 2 tie, position 0 is ~e^-176
   }
 }
+
+}  // namespace test_cache_dense_kv_cache

@@ -13,6 +13,8 @@
 #include <span>
 #include <vector>
 
+namespace test_cache_kv_cache {
+
 namespace {
 
 using edgellm::result;
@@ -73,3 +75,5 @@ TEST_CASE("KVCache and PrefixKVCache accept the caches and refuse other types", 
   STATIC_REQUIRE(PrefixKVCache<edgellm::cache::KVCacheF16>);
   STATIC_REQUIRE(PrefixKVCache<edgellm::cache::KVCacheQ8>);
 }
+
+}  // namespace test_cache_kv_cache

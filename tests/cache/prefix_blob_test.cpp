@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_cache_prefix_blob {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -166,3 +168,5 @@ TEST_CASE("write_prefix_file replaces prefix files only, never other files", "[c
   REQUIRE(back);
   CHECK(*back == "not a KV prefix");
 }
+
+}  // namespace test_cache_prefix_blob

@@ -27,6 +27,8 @@
 #include <tuple>
 #include <vector>
 
+namespace test_cache_quantized_kv_cache {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -797,3 +799,5 @@ TEST_CASE("Transformer with the int8 KV cache: logits, contract, prefix reuse",
     CHECK(fresh.position() == 0);
   }
 }
+
+}  // namespace test_cache_quantized_kv_cache

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <vector>
 
+namespace test_cache_reference_attention {
+
 namespace {
 using edgellm::cache::reference::attention;
 }  // namespace
@@ -56,3 +58,5 @@ TEST_CASE("reference attention: softmax of the scaled scores, GQA heads, causal"
   attention(q.data(), 1, 1, heads, kv_heads, hd, len, k.data(), v2.data(), out2.data());
   CHECK(out2 == out);
 }
+
+}  // namespace test_cache_reference_attention

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+namespace test_decode_generate {
+
 namespace {
 
 using namespace edgellm;
@@ -213,3 +215,5 @@ TEST_CASE("generate: ChatML prompt", "[generate]") {
   REQUIRE(ids);
   CHECK(ids->front() == *tok.token_to_id("<|im_start|>"));
 }
+
+}  // namespace test_decode_generate

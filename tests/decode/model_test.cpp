@@ -12,6 +12,8 @@
 #include <span>
 #include <vector>
 
+namespace test_decode_model {
+
 namespace {
 
 using edgellm::status;
@@ -97,3 +99,5 @@ TEST_CASE("ModelArchetype: logits depend on the whole prefix", "[decode]") {
   REQUIRE(salted.forward(x, LogitsMode::last, lb));
   CHECK(la != lb);
 }
+
+}  // namespace test_decode_model

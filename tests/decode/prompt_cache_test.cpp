@@ -30,6 +30,8 @@
 
 #include <sys/stat.h>
 
+namespace test_decode_prompt_cache {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -617,3 +619,5 @@ TEST_CASE("prompt cache: a file that is not a prompt cache is never overwritten"
   const std::string empty = dir.write("empty.prompt", "");
   REQUIRE(decode::write_prompt_cache(empty, c));
 }
+
+}  // namespace test_decode_prompt_cache

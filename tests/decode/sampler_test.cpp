@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace test_decode_sampler {
+
 namespace {
 
 using edgellm::decode::Rng;
@@ -246,3 +248,5 @@ TEST_CASE("sampler: bad options and bad logits are refused", "[sampler]") {
   pen.repetition_penalty = 1.5f;
   CHECK(*Sampler::create(pen)->sample(kLogits, weird) == 7);
 }
+
+}  // namespace test_decode_sampler

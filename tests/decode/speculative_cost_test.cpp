@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <vector>
 
+namespace test_decode_speculative_cost {
+
 using edgellm::decode::AdaptiveDraftLength;
 
 TEST_CASE("speculative: the cost model", "[speculative]") {
@@ -90,3 +92,5 @@ TEST_CASE("speculative: AdaptiveDraftLength with synthetic costs", "[speculative
     CHECK_FALSE(a.plain());
   }
 }
+
+}  // namespace test_decode_speculative_cost

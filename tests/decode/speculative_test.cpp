@@ -36,6 +36,8 @@
 #include <tuple>
 #include <vector>
 
+namespace test_decode_speculative {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -998,3 +1000,5 @@ TEMPLATE_LIST_TEST_CASE("speculative: greedy over transformers equals target-onl
     }
   }
 }
+
+}  // namespace test_decode_speculative

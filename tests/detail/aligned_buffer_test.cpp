@@ -15,6 +15,8 @@
 #include <system_error>
 #include <vector>
 
+namespace test_detail_aligned_buffer {
+
 namespace {
 namespace d = edgellm::detail;
 bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
@@ -120,3 +122,5 @@ TEST_CASE("guard_exceptions: an escaping exception becomes an error", "[detail]"
   REQUIRE_FALSE(st);
   CHECK(st.error().code == errc::out_of_memory);
 }
+
+}  // namespace test_detail_aligned_buffer

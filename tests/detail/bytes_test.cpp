@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_detail_bytes {
+
 namespace {
 
 namespace d = edgellm::detail;
@@ -111,3 +113,5 @@ TEST_CASE("checksums notice changed, swapped and missing words", "[detail]") {
     CHECK(c.finish() == d::lane_checksum64(a));
   }
 }
+
+}  // namespace test_detail_bytes

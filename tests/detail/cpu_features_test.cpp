@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_detail_cpu_features {
+
 using edgellm::detail::cpu_features;
 
 TEST_CASE("cpu_features is consistent and agrees with the build flags", "[detail]") {
@@ -28,3 +30,5 @@ TEST_CASE("cpu_features is consistent and agrees with the build flags", "[detail
                              << f.neon_dotprod << " neon_i8mm " << f.neon_i8mm);
   SUCCEED();
 }
+
+}  // namespace test_detail_cpu_features

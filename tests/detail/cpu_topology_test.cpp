@@ -9,6 +9,8 @@
 
 #include "support/test_env.hpp"
 
+namespace test_detail_cpu_topology {
+
 using namespace edgellm::detail;
 
 namespace {
@@ -91,3 +93,5 @@ TEST_CASE("--threads cap: 4 x the hardware threads, never over 256", "[detail]")
   REQUIRE(max_threads_flag(0) == 256);  // unknown
   REQUIRE(max_threads_flag() >= std::max<std::size_t>(hardware_threads(), 1));
 }
+
+}  // namespace test_detail_cpu_topology

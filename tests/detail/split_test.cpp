@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_detail_split {
+
 using edgellm::detail::split_list;
 using Items = std::vector<std::string_view>;
 
@@ -18,3 +20,5 @@ TEST_CASE("split_list keeps every item, empty ones included", "[detail]") {
   REQUIRE(split_list(",a") == Items{"", "a"});
   REQUIRE(split_list("x;y", ';') == Items{"x", "y"});
 }
+
+}  // namespace test_detail_split

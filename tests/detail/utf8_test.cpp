@@ -5,6 +5,8 @@
 
 #include <string>
 
+namespace test_detail_utf8 {
+
 using edgellm::detail::append_utf8;
 using edgellm::detail::utf8_sequence_length;
 
@@ -26,3 +28,5 @@ TEST_CASE("utf8_sequence_length rejects malformed sequences", "[detail]") {
     REQUIRE(utf8_sequence_length(bad, 0) == 0);
   }
 }
+
+}  // namespace test_detail_utf8

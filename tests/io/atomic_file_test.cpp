@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_io_atomic_file {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -165,3 +167,5 @@ TEST_CASE("check_replaceable: only nothing, an empty file or one of ours may be 
     CHECK_THAT(device.error().message, Contains("is a character device"));
   }
 }
+
+}  // namespace test_io_atomic_file

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace test_io_checkpoint {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -208,3 +210,5 @@ TEST_CASE("Checkpoint ignores shard tensors that the index does not name", "[io]
   CHECK(c->names() == std::vector<std::string>{"a", "c"});
   CHECK_FALSE(c->contains("b"));
 }
+
+}  // namespace test_io_checkpoint

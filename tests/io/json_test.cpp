@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+namespace test_io_json {
+
 namespace {
 
 json::Value parse_ok(std::string_view text) {
@@ -369,3 +371,5 @@ TEST_CASE("json never crashes on mutated input", "[io]") {
   }
   CHECK(ok > 0);
 }
+
+}  // namespace test_io_json

@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+namespace test_io_json_value {
+
 TEST_CASE("json checked accessors never misbehave on the wrong type", "[io]") {
   json::Object o;
   o.append("s", "x");
@@ -66,3 +68,5 @@ TEST_CASE("json Value converts from C++ types without surprises", "[io]") {
   const json::Value copy = v;  // deep copy
   CHECK(json::dump(copy) == json::dump(v));
 }
+
+}  // namespace test_io_json_value

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+namespace test_io_json_write {
+
 namespace {
 
 json::Value parse_ok(std::string_view text) {
@@ -69,3 +71,5 @@ TEST_CASE("json describe is short and safe", "[io]") {
   const std::string d = json::describe(json::Value(s));
   CHECK(d == "\"" + std::string(59, 'a') + "\"...");
 }
+
+}  // namespace test_io_json_write

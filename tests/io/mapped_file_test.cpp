@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+namespace test_io_mapped_file {
+
 namespace {
 
 }  // namespace
@@ -310,3 +312,5 @@ TEST_CASE("read_file_head reads the first bytes, or says nothing is there", "[io
   REQUIRE(none);
   CHECK_FALSE(*none);
 }
+
+}  // namespace test_io_mapped_file

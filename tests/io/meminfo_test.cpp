@@ -9,6 +9,8 @@
 
 #include <string>
 
+namespace test_io_meminfo {
+
 namespace {
 
 std::string fixture(const char* name) {
@@ -56,3 +58,5 @@ TEST_CASE("meminfo: this machine's /proc/meminfo parses", "[io][meminfo]") {
   CHECK(m->total > 0);
   CHECK(m->available <= m->total);
 }
+
+}  // namespace test_io_meminfo

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace test_io_safetensors {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -385,3 +387,5 @@ TEST_CASE("TensorView::is_aligned detects unaligned tensors from old writers", "
   // The header length decides; make sure this test really covers the unaligned case.
   CHECK_FALSE(offset_aligned);
 }
+
+}  // namespace test_io_safetensors

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <vector>
 
+namespace test_io_safetensors_write {
+
 using namespace edgellm;
 using namespace edgellm::io;
 
@@ -66,3 +68,5 @@ TEST_CASE("SafetensorsWriter discards a file with tensors missing", "[safetensor
   // Duplicate names are refused up front.
   CHECK_FALSE(SafetensorsWriter::create(path, {{"a", dtype::f32, {1}}, {"a", dtype::f32, {1}}}));
 }
+
+}  // namespace test_io_safetensors_write

@@ -8,6 +8,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_awq {
+
 using namespace edgellm::kernels;
 
 namespace {
@@ -213,3 +215,5 @@ TEST_CASE("AWQ import: a tensor too big for memory is an out_of_memory error, no
   CHECK(g.error().code == edgellm::errc::out_of_memory);
   CHECK_THAT(g.error().message, Catch::Matchers::Contains("gemv.qweight"));
 }
+
+}  // namespace test_kernels_awq

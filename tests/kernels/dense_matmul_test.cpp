@@ -12,6 +12,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_dense_matmul {
+
 using namespace edgellm::kernels;
 
 namespace {
@@ -125,3 +127,5 @@ TEST_CASE("dense_matmul_rows: leading dimensions, NaN and Inf propagate", "[kern
     }
   }
 }
+
+}  // namespace test_kernels_dense_matmul

@@ -11,6 +11,8 @@
 #include <span>
 #include <vector>
 
+namespace test_kernels_dense_matrix {
+
 using edgellm::errc;
 using edgellm::kernels::DenseMatrix;
 using edgellm::kernels::DenseType;
@@ -61,3 +63,5 @@ TEST_CASE("DenseMatrix: view, copy_of and from_f32 give the same rows", "[kernel
   CHECK(DenseMatrix().empty());
   CHECK(std::string(edgellm::kernels::to_string(type)).size() >= 3);
 }
+
+}  // namespace test_kernels_dense_matrix

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <vector>
 
+namespace test_kernels_elementwise {
+
 namespace {
 
 const double kU = std::ldexp(1.0, -24);  // fp32 unit roundoff
@@ -94,3 +96,5 @@ TEST_CASE("add: exactly the twin", "[kernels]") {
   edgellm::kernels::reference::add(ref.data(), y.data(), ref.size());
   CHECK(x == ref);
 }
+
+}  // namespace test_kernels_elementwise

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <limits>
 
+namespace test_kernels_float16 {
+
 using namespace edgellm::kernels;
 
 namespace {
@@ -82,3 +84,5 @@ TEST_CASE("f16_to_f32_branchless equals f16_to_f32 for every fp16 value", "[kern
     REQUIRE(a == b);
   }
 }
+
+}  // namespace test_kernels_float16

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+namespace test_kernels_formats {
+
 using namespace edgellm::kernels;
 
 TEST_CASE("Q4Tile layout", "[kernels][formats]") {
@@ -57,3 +59,5 @@ TEST_CASE("Q4Matrix rejects bad dimensions with named arguments", "[kernels][for
   REQUIRE(ok);
   REQUIRE_FALSE(ok->owns_data());
 }
+
+}  // namespace test_kernels_formats

@@ -15,6 +15,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_gemm_q4_fast {
+
 using namespace edgellm::kernels;
 
 namespace {
@@ -163,3 +165,5 @@ TEST_CASE("runtime dispatch falls back and refuses unsupported levels", "[kernel
     }
   }
 }
+
+}  // namespace test_kernels_gemm_q4_fast

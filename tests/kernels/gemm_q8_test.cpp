@@ -10,6 +10,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_gemm_q8 {
+
 using namespace edgellm::kernels;
 
 namespace {
@@ -150,3 +152,5 @@ TEST_CASE("int8 gemv rejects bad arguments with named errors", "[kernels][q8]") 
   REQUIRE_THAT(sb.error().message, Contains("bias"));
   REQUIRE_FALSE(gemv(Q8Matrix{}, x, y));
 }
+
+}  // namespace test_kernels_gemm_q8

@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_kernels_linear {
+
 TEST_CASE("Linear: int4 or dense, shape and owned bytes", "[kernels]") {
   auto rng = edgellm::test::make_rng(5);
   edgellm::kernels::Linear q;
@@ -44,3 +46,5 @@ TEST_CASE("Linear: int8 form, shape and owned bytes", "[kernels]") {
   CHECK(l.owned_bytes() == edgellm::kernels::q8_matrix_bytes(7, 64, 32));
   CHECK(l.weight_bytes() == l.owned_bytes());
 }
+
+}  // namespace test_kernels_linear

@@ -11,6 +11,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_matmul {
+
 using namespace edgellm::kernels;
 
 namespace {
@@ -278,3 +280,5 @@ TEST_CASE("gemm_multi rejects bad outputs by name", "[kernels][gemm]") {
     REQUIRE(buf == std::vector<float>(40, 0.0f));  // nothing written on error
   }
 }
+
+}  // namespace test_kernels_matmul

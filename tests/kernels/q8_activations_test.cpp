@@ -12,6 +12,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_q8_activations {
+
 using namespace edgellm::kernels;
 
 namespace {
@@ -70,3 +72,5 @@ TEMPLATE_LIST_TEST_CASE("quantize_activations_q8 equals its scalar twin bit for 
   REQUIRE(std::isnan(b.view.scale[3 * ng + 2]));
   REQUIRE(std::isnan(b.view.scale[4 * ng + 0]));
 }
+
+}  // namespace test_kernels_q8_activations

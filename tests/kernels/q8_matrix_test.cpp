@@ -9,6 +9,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_q8_matrix {
+
 using namespace edgellm::kernels;
 
 TEST_CASE("quantize_q8 round trip is within half a step per group", "[kernels][q8]") {
@@ -65,3 +67,5 @@ TEST_CASE("quantize_q8 rejects bad input with a named error", "[kernels][q8]") {
   REQUIRE_FALSE(nan);
   REQUIRE_THAT(nan.error().message, Contains("row 1, column 2"));
 }
+
+}  // namespace test_kernels_q8_matrix

@@ -9,6 +9,8 @@
 #include "support/test_util.hpp"
 #include "support/prelude.hpp"
 
+namespace test_kernels_quantize {
+
 using namespace edgellm::kernels;
 
 TEST_CASE("quantize_rtn: codes in range and error at most half a step", "[kernels][quantize]") {
@@ -127,3 +129,5 @@ TEST_CASE("pack_q4 rejects inconsistent input", "[kernels][quantize]") {
   REQUIRE_FALSE(r2);
   REQUIRE_THAT(r2.error().message, Catch::Contains("code > 15"));
 }
+
+}  // namespace test_kernels_quantize

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+namespace test_model_bundled_model {
+
 namespace {
 
 namespace json = edgellm::io::json;
@@ -293,3 +295,5 @@ TEST_CASE("bundled models: int8 KV attention error on the target's own activatio
   // regression guard, not a bar.
   CHECK(p99 <= 0.06);
 }
+
+}  // namespace test_model_bundled_model

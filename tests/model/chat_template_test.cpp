@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+namespace test_model_chat_template {
+
 namespace {
 
 namespace json = edgellm::io::json;
@@ -405,3 +407,5 @@ TEST_CASE("A rendered Llama 3 / Qwen3 chat encodes to the real tokenizers' ids",
       CHECK(std::count(plain->begin(), plain->end(), id) == 0);
   }
 }
+
+}  // namespace test_model_chat_template

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace test_model_config_json {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -581,3 +583,5 @@ TEST_CASE("load_model_config reads a legacy quant_config.json", "[model]") {
   CHECK_THAT(bad.error().message,
              Contains(dir.file("quant_config.json") + ": key 'w_bit': 3-bit AWQ is not supported"));
 }
+
+}  // namespace test_model_config_json

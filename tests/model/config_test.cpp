@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+namespace test_model_config {
+
 namespace {
 
 using edgellm::model::AwqConfig;
@@ -207,3 +209,5 @@ TEST_CASE("rope_inv_freq reproduces transformers' fp32 values", "[model]") {
     }
   }
 }
+
+}  // namespace test_model_config

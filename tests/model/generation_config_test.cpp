@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+namespace test_model_generation_config {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -140,3 +142,5 @@ TEST_CASE("generation_config: load_generation_config reads a checkpoint director
   REQUIRE_FALSE(dir_there.has_value());
   CHECK_THAT(dir_there.error().message, Contains(path));
 }
+
+}  // namespace test_model_generation_config

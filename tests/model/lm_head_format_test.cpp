@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+namespace test_model_lm_head_format {
+
 namespace {
 
 using namespace edgellm;
@@ -151,3 +153,5 @@ TEST_CASE("bundled target: int8 and int4 lm_head KL to the fp16 one; f16 is as s
   CHECK(kl4 < 5e-3);  // measured 1.7e-3
   CHECK(kl8 < kl4 / 20);  // int8 is about 100x closer than int4
 }
+
+}  // namespace test_model_lm_head_format

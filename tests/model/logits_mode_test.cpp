@@ -8,6 +8,8 @@
 
 #include <type_traits>
 
+namespace test_model_logits_mode {
+
 TEST_CASE("logits_count: one row for last, one per token for all", "[model]") {
   using edgellm::model::LogitsMode;
   STATIC_REQUIRE(edgellm::model::logits_count(LogitsMode::last, 7, 100) == 100);
@@ -15,3 +17,5 @@ TEST_CASE("logits_count: one row for last, one per token for all", "[model]") {
   STATIC_REQUIRE(std::is_same_v<edgellm::decode::LogitsMode, LogitsMode>);
   STATIC_REQUIRE(edgellm::decode::logits_count(edgellm::decode::LogitsMode::all, 2, 3) == 6);
 }
+
+}  // namespace test_model_logits_mode

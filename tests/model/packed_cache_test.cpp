@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_model_packed_cache {
+
 using Catch::Matchers::Contains;
 using edgellm::model::LmHeadFormat;
 using edgellm::model::load_weights;
@@ -274,3 +276,5 @@ TEST_CASE("packed cache: two threads loading one checkpoint with `auto` both suc
     CHECK_THAT((*again)->packed_cache_note, Contains("mapped"));
   }
 }
+
+}  // namespace test_model_packed_cache

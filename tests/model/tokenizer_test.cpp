@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_model_tokenizer {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -623,3 +625,5 @@ TEST_CASE("Tokenizer: a vocabulary id that sizes a table beyond memory is an err
                                Contains("model.vocab id table") &&
                                Contains("268435456 bytes"));
 }
+
+}  // namespace test_model_tokenizer

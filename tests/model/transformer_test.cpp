@@ -23,6 +23,8 @@
 #include <type_traits>
 #include <vector>
 
+namespace test_model_transformer {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -158,7 +160,8 @@ TEST_CASE("int4 exact path matches PyTorch on AWQ checkpoints", "[model]") {
   }
 }
 
-TEST_CASE("int4 fast path stays within its derived tolerance of the exact path", "[model]") {
+TEST_CASE("int4 fast path stays within its derived tolerance of the exact path",
+          "[model][isa]") {
   for (const auto& f : edgellm::test::kFixtures) {
     const std::string dir = model_fixture(f.name);
     INFO(dir);
@@ -177,7 +180,7 @@ TEST_CASE("int4 fast path stays within its derived tolerance of the exact path",
 }
 
 TEST_CASE("fast path error on the model's own layer-0 activations is within the kernel bound",
-          "[model]") {
+          "[model][isa]") {
   // The per-matmul statement the model-level tolerance builds on: for each linear that reads the
   // normalised embeddings of the prompt (q, k, v, gate, up of layer 0), the fast result is
   // within reference::fast_error_bound of the exact product, output by output.
@@ -648,3 +651,5 @@ TEST_CASE("Transformer::assemble takes a cache and backend the caller made", "[m
     CHECK(t0->context_size() == 24);
   }
 }
+
+}  // namespace test_model_transformer

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_model_weights {
+
 namespace {
 
 using Catch::Matchers::Contains;
@@ -515,3 +517,5 @@ TEST_CASE("load_weights: tensors the config does not use are an error unless all
     CHECK_THAT(e.message, Contains("): model.layers.0.mlp.extra.weight (LoadOptions::"));
   }
 }
+
+}  // namespace test_model_weights

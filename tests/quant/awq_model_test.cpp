@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+namespace test_quant_awq_model {
+
 using namespace edgellm;
 using namespace edgellm::quant;
 
@@ -220,3 +222,5 @@ TEST_CASE("quantize_model modules_bits: first match wins, 8 bits is symmetric in
     }
   }
 }
+
+}  // namespace test_quant_awq_model

@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+namespace test_quant_awq_output {
+
 using namespace edgellm;
 using namespace edgellm::quant;
 
@@ -251,3 +253,5 @@ TEST_CASE("write_quantized_model refuses modules_bits it cannot write", "[awq_ou
   o.modules_bits = {{"mlp", 3}, {"self_attn", 16}};
   REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, o, {.fake_quant = true}));
 }
+
+}  // namespace test_quant_awq_output

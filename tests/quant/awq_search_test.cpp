@@ -12,6 +12,8 @@
 #include "support/prelude.hpp"
 #include "support/test_util.hpp"
 
+namespace test_quant_awq_search {
+
 using namespace edgellm;
 using namespace edgellm::quant;
 
@@ -252,3 +254,5 @@ TEST_CASE("folding scales leaves the float product unchanged", "[quant][awq_sear
   CHECK(prev[5 * 16 + 3] == Approx(prev0[5 * 16 + 3] / s[5]));
   CHECK(bias[6] == Approx(0.25f / s[6]));
 }
+
+}  // namespace test_quant_awq_search

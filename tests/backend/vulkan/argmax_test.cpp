@@ -13,6 +13,8 @@
 #include <limits>
 #include <vector>
 
+namespace test_backend_vulkan_argmax {
+
 namespace vk = edgellm::backend::vk;
 
 namespace {
@@ -119,3 +121,5 @@ TEST_CASE("Vulkan argmax names its bad arguments", "[vulkan][argmax]") {
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_argmax

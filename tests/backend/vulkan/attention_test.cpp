@@ -19,6 +19,8 @@
 #include <random>
 #include <vector>
 
+namespace test_backend_vulkan_attention {
+
 namespace vk = edgellm::backend::vk;
 namespace cache = edgellm::cache;
 
@@ -226,3 +228,5 @@ TEST_CASE("Vulkan attention names the bad argument", "[vulkan][attention]") {
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_attention

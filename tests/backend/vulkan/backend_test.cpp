@@ -13,6 +13,7 @@
 #include "edgellm/model/weights.hpp"
 #include "model/model_test_support.hpp"
 #include "support/prelude.hpp"
+#include "support/test_env.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +21,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace test_backend_vulkan_backend {
 
 namespace vk = edgellm::backend::vk;
 using edgellm::model::LogitsMode;
@@ -152,9 +155,11 @@ TEST_CASE("Vulkan decode: one submission a token, rollback, and the bundled mode
       std::vector<float> a(V), b(V);
       REQUIRE(model->forward(prompt, LogitsMode::last, a));
       REQUIRE(cpu.forward(prompt, LogitsMode::last, b));
-      // 64 greedy tokens, each a single-token forward on both: the same ids until the top two
-      // CPU logits come within the tolerance (then the continuations may part legitimately).
-      for (int step = 0; step < 64; ++step) {
+      // 64 greedy tokens (16 at EDGELLM_TEST_SCALE=small: ASan), each a single-token forward on
+      // both: the same ids until the top two CPU logits come within the tolerance (then the
+      // continuations may part legitimately).
+      const int steps = edgellm::test::scaled(64, 16);
+      for (int step = 0; step < steps; ++step) {
         const std::int32_t next_vk = edgellm::test::argmax(a.data(), V);
         const std::int32_t next = edgellm::test::argmax(b.data(), V);
         if (next_vk != next) {
@@ -227,3 +232,5 @@ TEST_CASE("the Vulkan backend refuses what it cannot run, by name", "[vulkan][vk
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_backend

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <vector>
 
+namespace test_backend_vulkan_buffer {
+
 namespace vk = edgellm::backend::vk;
 
 TEST_CASE("buffers round-trip bytes on every path", "[vulkan][buffer]") {
@@ -83,3 +85,5 @@ TEST_CASE("a buffer larger than device memory is a clear out-of-memory error",
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_buffer

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+namespace test_backend_vulkan_command_sequence {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -259,3 +261,5 @@ TEST_CASE("a command sequence reports its misuse", "[vulkan][command_sequence]")
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_command_sequence

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+namespace test_backend_vulkan_dense_buffer {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -46,3 +48,5 @@ TEST_CASE("dense matrices are uploaded byte for byte, padded to words", "[vulkan
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_dense_buffer

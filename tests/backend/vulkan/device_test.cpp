@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 
+namespace test_backend_vulkan_device {
+
 namespace vk = edgellm::backend::vk;
 
 TEST_CASE("the device rule: discrete > integrated > virtual > CPU, lowest index on ties",
@@ -158,3 +160,5 @@ TEST_CASE("EDGELLM_VULKAN_VALIDATION=1 turns validation on", "[vulkan][device]")
   CHECK((*plain)->validation_log()->empty());
   if (before) ::setenv("EDGELLM_VULKAN_VALIDATION", saved.c_str(), 1);  // NOLINT
 }
+
+}  // namespace test_backend_vulkan_device

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <vector>
 
+namespace test_backend_vulkan_elementwise {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -124,3 +126,5 @@ TEST_CASE("Vulkan add_bias adds the bias to every row, exactly", "[vulkan][eleme
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_elementwise

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <vector>
 
+namespace test_backend_vulkan_embed {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -139,3 +141,5 @@ TEST_CASE("Vulkan embed: bad ids give NaN rows, bad arguments a named error", "[
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_embed

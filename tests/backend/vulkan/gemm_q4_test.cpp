@@ -18,6 +18,8 @@
 #include <random>
 #include <vector>
 
+namespace test_backend_vulkan_gemm_q4 {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -166,3 +168,5 @@ TEST_CASE("the Vulkan int4 GEMM runs over a GEMV's weights", "[vulkan][gemm_q4]"
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_gemm_q4

@@ -15,6 +15,8 @@
 #include <limits>
 #include <vector>
 
+namespace test_backend_vulkan_gemv_f16 {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -116,3 +118,5 @@ TEST_CASE("the Vulkan fp16 GEMV names its bad arguments", "[vulkan][gemv_f16]") 
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_gemv_f16

@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+namespace test_backend_vulkan_gemv_q4 {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -166,3 +168,5 @@ TEST_CASE("the Vulkan int4 GEMV chains in a CommandSequence over the caller's bu
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_gemv_q4

@@ -15,6 +15,8 @@
 #include <random>
 #include <vector>
 
+namespace test_backend_vulkan_kv_cache {
+
 namespace vk = edgellm::backend::vk;
 namespace cache = edgellm::cache;
 
@@ -191,3 +193,5 @@ TEST_CASE("the Vulkan KV cache names the bad argument", "[vulkan][vk_kv_cache]")
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_kv_cache

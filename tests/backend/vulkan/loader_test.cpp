@@ -6,6 +6,8 @@
 #include "edgellm/backend/vulkan/device.hpp"
 #include "support/prelude.hpp"
 
+namespace test_backend_vulkan_loader {
+
 namespace vk = edgellm::backend::vk;
 
 TEST_CASE("a missing Vulkan loader is a clear error naming the library and the fallback",
@@ -52,3 +54,5 @@ TEST_CASE("to_string(VkResult) names the code", "[vulkan][loader]") {
   CHECK_THAT(vk::vk_error(VK_ERROR_DEVICE_LOST, "w", "submit").message,
              Contains("--backend cpu"));
 }
+
+}  // namespace test_backend_vulkan_loader

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+namespace test_backend_vulkan_membw_probe {
+
 namespace vk = edgellm::backend::vk;
 
 TEST_CASE("the bandwidth probe reads the whole buffer", "[vulkan][membw_probe]") {
@@ -35,3 +37,5 @@ TEST_CASE("the bandwidth probe reads the whole buffer", "[vulkan][membw_probe]")
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_membw_probe

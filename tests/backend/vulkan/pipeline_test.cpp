@@ -7,6 +7,8 @@
 #include "edgellm/backend/vulkan/spirv/membw_probe.hpp"
 #include "support/prelude.hpp"
 
+namespace test_backend_vulkan_pipeline {
+
 namespace vk = edgellm::backend::vk;
 
 TEST_CASE("workgroup sizes follow the device's limits", "[vulkan][pipeline]") {
@@ -91,3 +93,5 @@ TEST_CASE("a pipeline makes one descriptor set per set of buffers", "[vulkan][pi
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_pipeline

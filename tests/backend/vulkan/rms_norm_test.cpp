@@ -14,6 +14,8 @@
 #include <cmath>
 #include <vector>
 
+namespace test_backend_vulkan_rms_norm {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -99,3 +101,5 @@ TEST_CASE("Vulkan rms_norm names its bad arguments", "[vulkan][rms_norm]") {
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_rms_norm

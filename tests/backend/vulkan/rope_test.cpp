@@ -13,6 +13,8 @@
 #include <cmath>
 #include <vector>
 
+namespace test_backend_vulkan_rope {
+
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
@@ -105,3 +107,5 @@ TEST_CASE("Vulkan rope names its bad arguments", "[vulkan][rope]") {
   }
   test::require_no_validation_messages(*log);
 }
+
+}  // namespace test_backend_vulkan_rope

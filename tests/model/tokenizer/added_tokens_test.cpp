@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_model_tokenizer_added_tokens {
+
 namespace {
 
 namespace tok = edgellm::model::detail::tok;
@@ -101,3 +103,5 @@ TEST_CASE("added tokens: special tokens are matched before others of the same co
   CHECK(split(v, "same") == V{"#21"});
   CHECK(split(v, "same", false) == V{"same"});  // the special match hides the other one
 }
+
+}  // namespace test_model_tokenizer_added_tokens

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_model_tokenizer_bpe {
+
 namespace {
 
 namespace tok = edgellm::model::detail::tok;
@@ -97,3 +99,5 @@ TEST_CASE("BPE: continuing_subword_prefix and end_of_word_suffix", "[tokenizer]"
   CHECK(encode(m, "hey") == Ids{4});
   CHECK(encode(m, "h") == Ids{5});
 }
+
+}  // namespace test_model_tokenizer_bpe

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+namespace test_model_tokenizer_byte_level {
+
 namespace {
 namespace tok = edgellm::model::detail::tok;
 }  // namespace
@@ -51,3 +53,5 @@ TEST_CASE("byte-level alphabet: known spellings and foreign tokens", "[tokenizer
   tok::append_byte_level_decoded(out, "\xC3\x83\xC2\xA9");  // Ã© spells the bytes of é
   CHECK(out == "\xC3\xA9");
 }
+
+}  // namespace test_model_tokenizer_byte_level

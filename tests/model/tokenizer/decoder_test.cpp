@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_model_tokenizer_decoder {
+
 namespace {
 
 namespace tok = edgellm::model::detail::tok;
@@ -99,3 +101,5 @@ TEST_CASE("decoder chains", "[tokenizer]") {
     CHECK(c.decode(V{kMeta + "a", kMeta + "b"}) == " a b");
   }
 }
+
+}  // namespace test_model_tokenizer_decoder

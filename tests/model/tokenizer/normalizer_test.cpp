@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_model_tokenizer_normalizer {
+
 namespace {
 
 namespace tok = edgellm::model::detail::tok;
@@ -61,3 +63,5 @@ TEST_CASE("normalizer: the Llama-2 sequence applies in order", "[tokenizer]") {
   const std::vector<Step> reversed = {llama2[1], llama2[0]};
   CHECK(tok::normalize(reversed, " x") == kMeta + kMeta + "x");
 }
+
+}  // namespace test_model_tokenizer_normalizer

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_model_tokenizer_pre_tokenizer_regex {
+
 namespace {
 
 namespace json = edgellm::io::json;
@@ -112,3 +114,5 @@ TEST_CASE("pre-tokenizer regexes: recognised patterns and spans", "[tokenizer]")
   CHECK(spans.back().begin == 0);
   CHECK(spans.back().end == 1);
 }
+
+}  // namespace test_model_tokenizer_pre_tokenizer_regex

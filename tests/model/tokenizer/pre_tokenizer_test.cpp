@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_model_tokenizer_pre_tokenizer {
+
 namespace {
 
 namespace tok = edgellm::model::detail::tok;
@@ -99,3 +101,5 @@ TEST_CASE("pre-tokenizer: ByteLevel, Metaspace and Split steps", "[tokenizer]") 
     CHECK(texts(pieces) == V{"as is"});
   }
 }
+
+}  // namespace test_model_tokenizer_pre_tokenizer

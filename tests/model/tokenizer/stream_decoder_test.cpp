@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_model_tokenizer_stream_decoder {
+
 namespace {
 
 namespace tok = edgellm::model::detail::tok;
@@ -149,3 +151,5 @@ TEST_CASE("stream decoder output equals the chain's decode on random token lists
     }
   }
 }
+
+}  // namespace test_model_tokenizer_stream_decoder

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_model_tokenizer_text {
+
 namespace {
 
 namespace tok = edgellm::model::detail::tok;
@@ -61,3 +63,5 @@ TEST_CASE("tokenizer text: code points and whitespace runs", "[tokenizer]") {
   CHECK(tok::whitespace_run_after(w, 0) == 0);
   CHECK(tok::whitespace_run_after("\xE2\x80\x8B", 0) == 0);  // ZERO WIDTH SPACE is not
 }
+
+}  // namespace test_model_tokenizer_text

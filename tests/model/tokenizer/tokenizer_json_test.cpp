@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_model_tokenizer_tokenizer_json {
+
 namespace {
 
 namespace json = edgellm::io::json;
@@ -196,3 +198,5 @@ TEST_CASE("tokenizer.json: bad input is reported clearly", "[tokenizer]") {
                Contains("BPE-dropout"));
   }
 }
+
+}  // namespace test_model_tokenizer_tokenizer_json
