@@ -80,7 +80,7 @@ fi
 if [ "$built" -eq 0 ]; then
   for t in "${targets[@]}"; do
     echo "fuzz.sh: $cxx -> $build/bin/edgellm_fuzz_$t"
-    "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    "$cxx" -std=c++20 -g1 -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
       -fno-omit-frame-pointer -Wall -Wextra -Wpedantic -Wshadow -I include \
       -DEDGELLM_SOURCE_DIR="\"$PWD\"" "tests/fuzz/fuzz_$t.cpp" -o "$build/bin/edgellm_fuzz_$t"
   done

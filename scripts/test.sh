@@ -5,7 +5,7 @@
 # the arm64 cross build with its tests under qemu-aarch64 (all on -cpu max; the kernel group and
 # the model group's [isa] cases also on cortex-a53 and cortex-a76, so each run-time dispatch
 # branch runs; its executables are -static, and two benches run again under qemu without a
-# sysroot), then every libFuzzer target for EDGELLM_FUZZ_SECONDS (default 20) each
+# sysroot), then every libFuzzer target for EDGELLM_FUZZ_SECONDS (default 10) each
 # (scripts/fuzz.sh: a clang++ ASan/UBSan build in build/fuzz; EDGELLM_FUZZ_SECONDS=0 skips it).
 # CI's budget is 90 minutes on a 2-core host: the summary prints each stage's seconds.
 # Each preset runs configure -> build -> ctest; a failure skips the rest of that preset only.
@@ -117,7 +117,7 @@ done
 
 # The fuzz stage: each target fuzzed briefly so the harnesses keep compiling and a regression in
 # a parser shows. Counts as one test.
-fuzz_seconds=${EDGELLM_FUZZ_SECONDS:-20}
+fuzz_seconds=${EDGELLM_FUZZ_SECONDS:-10}
 if [ "$fuzz_seconds" != 0 ]; then
   if stage "fuzz ${fuzz_seconds}s/target" bash scripts/fuzz.sh "$fuzz_seconds"; then
     passed=$((passed + 1))
