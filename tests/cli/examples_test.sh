@@ -17,7 +17,7 @@ for exe in "$bin"/edgellm-example-*; do
   out=$("$exe" "$missing" 2>&1 </dev/null)
   rc=$?
   ran=$((ran + 1))
-  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && printf '%s\n' "$out" | grep -q "no-such-model"; then
+  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "no-such-model" <<<"$out"; then
     echo "ok   $name (exit $rc): $(printf '%s\n' "$out" | head -1)"
   else
     echo "FAIL $name (exit $rc, wanted 1..127 and a message naming the directory):"

@@ -13,7 +13,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 probe=$("$logits" --model "$src/models/kjv-draft-awq" --ids 1 --out - --backend vulkan --quiet 2>&1 >/dev/null)
-if printf '%s' "$probe" | grep -q "no Vulkan"; then
+if grep -q "no Vulkan" <<<"$probe"; then
   echo "SKIPPED: $probe"
   exit 77
 fi
