@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <xsimd/xsimd.hpp>
 
+#include "build_info.hpp"
 #include "flags.hpp"
 #include "output.hpp"
 
@@ -400,10 +401,10 @@ inline std::vector<field> default_metadata() {
   return {
       {"edgellm", fmt::format("{}.{}.{}", EDGELLM_VERSION_MAJOR, EDGELLM_VERSION_MINOR,
                               EDGELLM_VERSION_PATCH)},
-      {"git_sha", EDGELLM_GIT_SHA},
+      {"git_sha", edgellm::build_info::git_sha()},
       {"compiler", std::move(compiler)},
-      {"build_type", EDGELLM_BUILD_TYPE},
-      {"flags", EDGELLM_BUILD_FLAGS},
+      {"build_type", edgellm::build_info::build_type()},
+      {"flags", edgellm::build_info::flags()},
       {"simd", xsimd::default_arch::name()},  // the exact path's, fixed at compile time
       {"microkernel", edgellm::kernels::isa_name(edgellm::kernels::best_isa())},
       {"features", features.empty() ? std::string("none") : features},

@@ -9,6 +9,7 @@
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/result.hpp"
+#include "build_info.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -24,17 +25,6 @@
 
 #include <unistd.h>
 
-// Set by CMake (configure-time `git rev-parse`, the compiler flags); a build outside it, or
-// from a tarball without .git, says "unknown".
-#ifndef EDGELLM_GIT_SHA
-#define EDGELLM_GIT_SHA "unknown"
-#endif
-#ifndef EDGELLM_BUILD_FLAGS
-#define EDGELLM_BUILD_FLAGS "unknown"
-#endif
-#ifndef EDGELLM_BUILD_TYPE
-#define EDGELLM_BUILD_TYPE "unknown"
-#endif
 
 namespace edgellm::tools {
 
@@ -78,8 +68,13 @@ inline std::string version_text(std::string_view prog) {
   std::string s(prog);
   s += " (edgellm " + std::to_string(EDGELLM_VERSION_MAJOR) + "." +
        std::to_string(EDGELLM_VERSION_MINOR) + "." + std::to_string(EDGELLM_VERSION_PATCH);
-  s += ", git " EDGELLM_GIT_SHA ")\n";
-  s += "build: " EDGELLM_BUILD_TYPE ", flags: " EDGELLM_BUILD_FLAGS "\n";
+  s += ", git ";
+  s += build_info::git_sha();
+  s += ")\nbuild: ";
+  s += build_info::build_type();
+  s += ", flags: ";
+  s += build_info::flags();
+  s += "\n";
   s += "simd: ";
   s += xsimd::default_arch::name();
   s += " (exact path, chosen at compile time)\n";

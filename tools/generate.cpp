@@ -4,6 +4,7 @@
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
 // Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
 #include "cli.hpp"
+#include "vulkan_model.hpp"
 #include "edgellm/session.hpp"
 #include "edgellm/model/chat_template.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
@@ -68,6 +69,10 @@ model:
                          at load (default int8: half the bytes per token of f16; falls back to
                          f16 when no group size divides hidden_size); as_stored and q4 are
                          accepted aliases; ignored with --fp32-reference
+  --backend B            cpu (default) or vulkan: weights, activations and the KV cache on a
+                         Vulkan device, a decode step one submission (int4 linears; the
+                         lm_head as stored unless --lm-head is given; --kv-type int8 or f16)
+  --device N             the Vulkan device's index (default: discrete > integrated > CPU)
   --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use
                          (by default an error: the config may not be this checkpoint's)
   --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
@@ -141,6 +146,8 @@ struct Args {
   bool lm_head_given = false;  // an explicit --lm-head fails rather than falling back
   std::size_t threads = default_threads(), context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
+  tools::BackendKind backend = tools::BackendKind::cpu;
+  std::optional<std::uint32_t> device;
   std::string prompt_cache;
   std::string packed_cache;
   std::string draft;
@@ -265,6 +272,15 @@ int parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--stop") {
       if (!need("STRING") || v.empty()) return usage_error("--stop: missing a non-empty STRING");
       a.stops.emplace_back(v);
+    } else if (arg == "--backend") {
+      if (!need("B")) return usage_error("--backend: missing cpu or vulkan");
+      const auto b = tools::parse_backend(v);
+      if (!b) return usage_error("--backend: '" + std::string(v) + "' is not cpu or vulkan");
+      a.backend = *b;
+    } else if (arg == "--device") {
+      std::uint32_t n = 0;
+      rc = num(n, "N", 0, 1024);
+      if (rc == 0) a.device = n;
     } else if (arg == "--kv-type") {
       if (!need("T")) return usage_error("--kv-type: missing T (int8, f16 or f32)");
       auto t = cache::parse_kv_type(v);
@@ -299,6 +315,11 @@ int parse_args(int argc, char** argv, Args& a) {
     return usage_error("--force: only with --packed-cache FILE (an `auto` cache is ours anyway)");
   if (const std::string why = tools::check_threads("edgellm-generate", a.threads); !why.empty())
     return usage_error(why);
+  if (a.backend == tools::BackendKind::vulkan) {
+    if (a.fp32_reference) return usage_error("--fp32-reference runs on the CPU only; drop --backend vulkan");
+  } else if (a.device) {
+    return usage_error("--device: applies to --backend vulkan only");
+  }
   return 0;
 }
 
@@ -556,7 +577,12 @@ int main(int argc, char** argv) {
   eo.load.packed_cache = a.packed_cache;
   eo.load.packed_cache_overwrite = a.force;
   eo.load.allow_extra_tensors = a.allow_extra_tensors;
-  eo.load.lm_head = a.lm_head;
+  const bool on_vulkan = a.backend == tools::BackendKind::vulkan;
+  if (on_vulkan) {
+    if (const std::string why = tools::vulkan_unavailable(); !why.empty()) return fail(why);
+  }
+  // The device runs an fp16 lm_head: as stored, unless --lm-head asks otherwise.
+  eo.load.lm_head = on_vulkan && !a.lm_head_given ? model::LmHeadFormat::as_stored : a.lm_head;
   eo.lm_head_fallback = !a.lm_head_given;
   eo.threads = a.pin ? 1 : a.threads;
   tools::ProgressBar progress(a.quiet);
@@ -605,7 +631,14 @@ int main(int argc, char** argv) {
     so.draft = std::move(*draft);
   }
   so.pool = pool.get();  // null: the Engine's pool
-  auto session = Session::create(*engine, so);
+  result<Session> session = make_error(errc::unsupported, "edgellm-generate", "no backend");
+  if (on_vulkan) {
+#if EDGELLM_TOOLS_VULKAN
+    session = tools::make_vulkan_session(*engine, so, a.device);
+#endif
+  } else {
+    session = Session::create(*engine, so);
+  }
   if (!session) return fail(session.error().message);
   const int rc = run(a, *session);
   if (const decode::SpeculativeStats* st = session->speculative_stats(); st && !a.quiet) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CLI's `--backend vulkan`: a model::Transformer whose ops and KV cache live on a Vulkan
-// device (backend/vulkan/backend.hpp), together with the device it runs on. Only in builds with
+// device (backend/vulkan/backend.hpp), together with the device it runs on, or a Session on
+// one (vulkan_session.hpp). Only in builds with
 // the Vulkan backend (EDGELLM_TOOLS_VULKAN); the others say how to get one.
 #pragma once
 
@@ -16,6 +17,7 @@
 
 #if EDGELLM_TOOLS_VULKAN
 #include "edgellm/backend/vulkan/backend.hpp"
+#include "edgellm/vulkan_session.hpp"
 #endif
 
 namespace edgellm::tools {
@@ -41,6 +43,24 @@ inline std::string vulkan_unavailable() {
 }
 
 #if EDGELLM_TOOLS_VULKAN
+/// `e` with the CLI's way out appended, unless it already names it.
+inline error with_cpu_fallback(error e) {
+  if (e.message.find("--backend cpu") == std::string::npos) e.message += " (run with --backend cpu)";
+  return e;
+}
+
+/// A Session (edgellm-generate) over `engine` on the Vulkan device `device_index` (or the
+/// backend's rule); errors say how to fall back to --backend cpu.
+inline result<Session> make_vulkan_session(std::shared_ptr<const Engine> engine,
+                                           const SessionOptions& options,
+                                           std::optional<std::uint32_t> device_index) {
+  VulkanSessionOptions vo;
+  vo.device_options.device_index = device_index;
+  auto s = create_vulkan_session(std::move(engine), options, vo);
+  if (!s) return with_cpu_fallback(s.error());
+  return s;
+}
+
 /// A device and the model on it; the model is destroyed first (it holds device objects).
 struct VulkanModel {
   using Model = model::Transformer<backend::vk::KVCache, backend::vk::Backend>;
@@ -56,10 +76,7 @@ inline result<VulkanModel> make_vulkan_model(
     const model::TransformerOptions& options, cache::KvType kv,
     std::optional<std::uint32_t> device_index) {
   namespace vk = backend::vk;
-  const auto fallback = [](error e) {
-    if (e.message.find("--backend cpu") == std::string::npos) e.message += " (run with --backend cpu)";
-    return e;
-  };
+  const auto fallback = with_cpu_fallback;
   if (kv == cache::KvType::f32) {
     return make_error(errc::unsupported, "--backend vulkan",
                       "--kv-type f32: the device caches hold int8 or f16; choose one of them");

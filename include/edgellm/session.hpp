@@ -286,7 +286,7 @@ class Session {
   /// A session over `engine`. Errors: a null engine, options the Transformer, the sampler or the
   /// speculative decoder refuse (context, sampling ranges, a draft with another vocabulary), a
   /// draft engine together with prompt_lookup.
-  // Defined after the class: Clang (14) does not instantiate Core<Cache>::create from a generic
+  // Defined after the class: Clang (14) does not instantiate Core<...>::create_cpu from a generic
   // lambda in a member function defined inside the class before Core, and the link fails with
   // "undefined reference to Session::Core<...>::create" (found by tests/fuzz/checkpoint_dir).
   static result<Session> create(std::shared_ptr<const Engine> engine,
@@ -340,9 +340,7 @@ class Session {
           return false;
         }
       };
-      auto stats = std::visit(
-          [&](auto& core) { return core->run(sampler_, *tok, prompt, go, on_text, out.tokens); },
-          core_);
+      auto stats = core_->run(sampler_, *tok, prompt, go, on_text, out.tokens);
       if (!stats) return stats.error();
       last_prompt_.assign(prompt.begin(), prompt.end());
       out.stats = *stats;
@@ -364,7 +362,7 @@ class Session {
   status reset() {
     auto sampler = decode::Sampler::create(options_.sampling);
     if (!sampler) return sampler.error();
-    if (auto st = std::visit([](auto& core) { return core->reset(); }, core_); !st) return st;
+    if (auto st = core_->reset(); !st) return st;
     sampler_ = std::move(*sampler);
     totals_ = {};
     last_prompt_.clear();
@@ -394,7 +392,7 @@ class Session {
       }
       auto c = decode::read_prompt_cache(path);
       if (!c) return c.error();
-      if (auto st = std::visit([&](auto& core) { return core->restore(*c); }, core_); !st) {
+      if (auto st = core_->restore(*c); !st) {
         return make_error(st.error().code, where,
                           path + ": " + st.error().message + " (delete the file to rebuild it)");
       }
@@ -411,10 +409,7 @@ class Session {
                           "no prompt yet (call generate() first)");
       }
       decode::PromptCache c;
-      auto st = std::visit(
-          [&](const auto& core) { return decode::save_prompt_cache(core->target, last_prompt_, c); },
-          core_);
-      if (!st) return st;
+      if (auto st = core_->save(last_prompt_, c); !st) return st;
       return decode::write_prompt_cache(path, c);
     });
   }
@@ -423,59 +418,122 @@ class Session {
   const SessionOptions& options() const noexcept { return options_; }
   cache::KvType kv_type() const noexcept { return options_.kv_type; }
   /// Tokens the cache holds.
-  std::size_t position() const noexcept {
-    return std::visit([](const auto& core) { return core->target.position(); }, core_);
-  }
-  std::size_t context_size() const noexcept {
-    return std::visit([](const auto& core) { return core->target.context_size(); }, core_);
-  }
-  /// Bytes of this Session's model state (KV cache, scratch), the shared weights excluded.
-  std::size_t bytes() const noexcept {
-    return std::visit([](const auto& core) { return core->target.bytes(); }, core_);
-  }
+  std::size_t position() const noexcept { return core_->position(); }
+  std::size_t context_size() const noexcept { return core_->context_size(); }
+  /// Bytes of this Session's model state (KV cache, scratch; on the device for a device
+  /// Session), the shared weights excluded.
+  std::size_t bytes() const noexcept { return core_->bytes(); }
   const SessionStats& stats() const noexcept { return totals_; }
   /// What the memory budget did (e.g. "context shrunk from 4096 to 1500 tokens ..."); empty
   /// when it changed nothing.
   const std::string& memory_note() const noexcept { return memory_note_; }
   /// Counters of the speculative decoder since creation or reset(); null without one.
   const decode::SpeculativeStats* speculative_stats() const noexcept {
-    return std::visit([](const auto& core) { return core->speculative_stats(); }, core_);
+    return core_->speculative_stats();
+  }
+  /// The compute backend the Session's model runs on: "cpu", or the device backend's name.
+  const char* backend_name() const noexcept { return core_->backend_name(); }
+
+  /// The options of the models a Session over `engine` with `options` builds: its pool (the
+  /// app's, else the Engine's), max_batch, profile, and the context size (0: the model's
+  /// maximum, at most 4096, capped at a sliding window).
+  static model::TransformerOptions model_options(const Engine& engine, const SessionOptions& options) {
+    const model::ModelConfig& cfg = engine.config();
+    model::TransformerOptions to;
+    to.pool = options.pool != nullptr ? options.pool : engine.pool();
+    to.max_batch = options.max_batch;
+    to.context_size = options.context_size;
+    to.profile = options.profile;
+    if (to.context_size == 0) {
+      to.context_size = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
+      if (cfg.sliding_window) to.context_size = std::min(to.context_size, *cfg.sliding_window);
+    }
+    return to;
   }
 
+  /// A Session over models the caller built on another compute backend (a Vulkan device:
+  /// vulkan_session.hpp): `target`, and `draft` when options.draft is set (the draft engine's
+  /// weights on the same backend). Both must be empty (position() == 0). The Session keeps a
+  /// reference to `owner` (what they run on: the device) and releases it after them; on error
+  /// the models stay with the caller. The prompt cache works when the
+  /// model can save its KV state (decode::PrefixModel). Errors: as create(), and models that
+  /// hold tokens or disagree with the options.
+  template <decode::Model Target>
+  static result<Session> adopt(std::shared_ptr<const Engine> engine, const SessionOptions& options,
+                               Target&& target, std::optional<Target>&& draft,
+                               const std::shared_ptr<const void>& owner, const char* backend_name);
+
  private:
-  // One KV cache type's models and decoders. Heap-allocated: the decoders point to the models,
+  // The decoding state behind a Session, whichever model type it runs (a CPU cache type, a
+  // device backend): one virtual call per generate(), not per token.
+  struct CoreBase {
+    using OnText = std::function<bool(std::string_view)>;
+    virtual ~CoreBase() = default;
+    virtual result<decode::GenerateStats> run(decode::Sampler& sampler, const model::Tokenizer& tok,
+                                              std::span<const std::int32_t> prompt,
+                                              const decode::GenerateOptions& go,
+                                              const OnText& on_text,
+                                              std::vector<std::int32_t>& emitted) = 0;
+    virtual status reset() = 0;
+    virtual status restore(const decode::PromptCache& c) = 0;
+    virtual status save(std::span<const std::int32_t> tokens, decode::PromptCache& out) const = 0;
+    virtual std::size_t position() const noexcept = 0;
+    virtual std::size_t context_size() const noexcept = 0;
+    virtual std::size_t bytes() const noexcept = 0;
+    virtual const decode::SpeculativeStats* speculative_stats() const noexcept = 0;
+    virtual const char* backend_name() const noexcept = 0;
+  };
+
+  // One model type's models and decoders. Heap-allocated: the decoders point to the models,
   // so their addresses must not change when the Session moves.
-  template <class Cache>
-  struct Core {
-    using Target = model::Transformer<Cache>;
+  template <decode::Model Target>
+  struct Core final : CoreBase {
     using Plain = decode::PlainDecoder<Target>;
     using SpecModel = decode::SpeculativeDecoder<Target, Target>;
     using SpecLookup = decode::SpeculativeDecoder<Target, decode::LookupDraft>;
 
+    std::shared_ptr<const void> owner;  // what the models run on (a device): released after them
     Target target;
     std::optional<Target> draft;
     std::optional<decode::LookupDraft> lookup;
     decode::SpeculativeOptions speculative;
     std::variant<std::monostate, Plain, SpecModel, SpecLookup> decoder;
+    const char* backend = "cpu";
 
-    static result<std::unique_ptr<Core>> create(const Engine& engine, const SessionOptions& o,
-                                                const model::TransformerOptions& to) {
-      auto target = Target::create(engine.weights(), to);
-      if (!target) return target.error();
-      std::unique_ptr<Core> c(new Core{std::move(*target), {}, {}, o.speculative, {}});
+    Core(Target t, std::optional<Target> d, const decode::SpeculativeOptions& so, const char* b,
+         std::shared_ptr<const void> o)
+        : owner(std::move(o)), target(std::move(t)), draft(std::move(d)), speculative(so),
+          backend(b) {}
+
+    // The CPU models of `engine` (and of o.draft), Target a model::Transformer.
+    static result<std::unique_ptr<CoreBase>> create_cpu(const Engine& engine,
+                                                        const SessionOptions& o,
+                                                        const model::TransformerOptions& to) {
+      auto t = Target::create(engine.weights(), to);
+      if (!t) return t.error();
+      std::optional<Target> d;
       if (o.draft) {
         model::TransformerOptions draft_to = to;
         draft_to.profile = nullptr;  // SessionOptions::profile is the target's
-        auto d = Target::create(o.draft->weights(), draft_to);
-        if (!d) return d.error();
-        c->draft.emplace(std::move(*d));
-      } else if (o.prompt_lookup) {
-        auto d = decode::LookupDraft::create(c->target.vocab_size(), c->target.context_size());
-        if (!d) return d.error();
-        c->lookup.emplace(std::move(*d));
+        auto dm = Target::create(o.draft->weights(), draft_to);
+        if (!dm) return dm.error();
+        d.emplace(std::move(*dm));
+      }
+      return create(std::move(*t), std::move(d), o, "cpu");
+    }
+
+    static result<std::unique_ptr<CoreBase>> create(Target t, std::optional<Target> d,
+                                                    const SessionOptions& o, const char* b,
+                                                    std::shared_ptr<const void> owner = {}) {
+      std::unique_ptr<Core> c(
+          new Core(std::move(t), std::move(d), o.speculative, b, std::move(owner)));
+      if (!c->draft && o.prompt_lookup) {
+        auto l = decode::LookupDraft::create(c->target.vocab_size(), c->target.context_size());
+        if (!l) return l.error();
+        c->lookup.emplace(std::move(*l));
       }
       if (auto st = c->make_decoder({}); !st) return st.error();
-      return c;
+      return std::unique_ptr<CoreBase>(std::move(c));
     }
 
     // A fresh decoder; `held`: the tokens the target holds (a restored prompt cache).
@@ -490,11 +548,10 @@ class Session {
       return set(Plain::create(target, held));
     }
 
-    template <class OnText>
     result<decode::GenerateStats> run(decode::Sampler& sampler, const model::Tokenizer& tok,
                                       std::span<const std::int32_t> prompt,
-                                      const decode::GenerateOptions& go, OnText& on_text,
-                                      std::vector<std::int32_t>& emitted) {
+                                      const decode::GenerateOptions& go, const OnText& on_text,
+                                      std::vector<std::int32_t>& emitted) override {
       return std::visit(
           [&](auto& d) -> result<decode::GenerateStats> {
             if constexpr (std::is_same_v<std::remove_cvref_t<decltype(d)>, std::monostate>) {
@@ -506,7 +563,7 @@ class Session {
           decoder);
     }
 
-    status reset() {
+    status reset() override {
       if (auto st = target.truncate(0); !st) return st;
       if (draft) {
         if (auto st = draft->truncate(0); !st) return st;
@@ -517,38 +574,45 @@ class Session {
       return make_decoder({});
     }
 
-    status restore(const decode::PromptCache& c) {
-      if (auto st = decode::restore_prompt_cache(target, c); !st) return st;
-      return make_decoder(c.tokens);
+    status restore(const decode::PromptCache& c) override {
+      if constexpr (decode::PrefixModel<Target>) {
+        if (auto st = decode::restore_prompt_cache(target, c); !st) return st;
+        return make_decoder(c.tokens);
+      } else {
+        return no_prefix();
+      }
     }
 
-    const decode::SpeculativeStats* speculative_stats() const noexcept {
+    status save(std::span<const std::int32_t> tokens, decode::PromptCache& out) const override {
+      if constexpr (decode::PrefixModel<Target>) {
+        return decode::save_prompt_cache(target, tokens, out);
+      } else {
+        return no_prefix();
+      }
+    }
+
+    status no_prefix() const {
+      return make_error(errc::unsupported, "Session",
+                        std::string("a prompt cache is not supported on the ") + backend +
+                            " backend");
+    }
+
+    std::size_t position() const noexcept override { return target.position(); }
+    std::size_t context_size() const noexcept override { return target.context_size(); }
+    std::size_t bytes() const noexcept override { return target.bytes(); }
+    const char* backend_name() const noexcept override { return backend; }
+
+    const decode::SpeculativeStats* speculative_stats() const noexcept override {
       if (const auto* s = std::get_if<SpecModel>(&decoder)) return &s->stats();
       if (const auto* s = std::get_if<SpecLookup>(&decoder)) return &s->stats();
       return nullptr;
     }
   };
 
-  using Cores = std::variant<std::unique_ptr<Core<cache::KVCacheQ8>>,
-                             std::unique_ptr<Core<cache::KVCacheF16>>,
-                             std::unique_ptr<Core<cache::KVCacheF32>>>;
-
   Session(std::shared_ptr<const Engine> engine, const SessionOptions& options, decode::Sampler sampler)
       : engine_(std::move(engine)), options_(options), sampler_(std::move(sampler)) {}
 
-  model::TransformerOptions transformer_options() const {
-    const model::ModelConfig& cfg = engine_->config();
-    model::TransformerOptions to;
-    to.pool = options_.pool != nullptr ? options_.pool : engine_->pool();
-    to.max_batch = options_.max_batch;
-    to.context_size = options_.context_size;
-    to.profile = options_.profile;
-    if (to.context_size == 0) {
-      to.context_size = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
-      if (cfg.sliding_window) to.context_size = std::min(to.context_size, *cfg.sliding_window);
-    }
-    return to;
-  }
+  model::TransformerOptions transformer_options() const { return model_options(*engine_, options_); }
 
   // The plan of this Session's memory (plan_session) over the Engine's weights.
   SessionPlan session_plan(std::size_t context_size) const {
@@ -609,7 +673,7 @@ class Session {
   std::shared_ptr<const Engine> engine_;
   SessionOptions options_;
   decode::Sampler sampler_;
-  Cores core_;
+  std::unique_ptr<CoreBase> core_;
   std::vector<std::int32_t> last_prompt_;  // the latest generate() call's prompt
   SessionStats totals_;
   std::string memory_note_;
@@ -663,12 +727,49 @@ inline result<Session> Session::create(std::shared_ptr<const Engine> engine,
     }
     const auto build = [&](auto tag) -> status {
       using Cache = typename decltype(tag)::type;
-      auto core = Core<Cache>::create(*s.engine_, options, s.transformer_options());
+      auto core = Core<model::Transformer<Cache>>::create_cpu(*s.engine_, options,
+                                                              s.transformer_options());
       if (!core) return core.error();
       s.core_ = std::move(*core);
       return {};
     };
     if (auto st = cache::with_kv_type(options.kv_type, build); !st) return st.error();
+    return s;
+  });
+}
+
+template <decode::Model Target>
+result<Session> Session::adopt(std::shared_ptr<const Engine> engine, const SessionOptions& options,
+                               Target&& target, std::optional<Target>&& draft,
+                               const std::shared_ptr<const void>& owner, const char* backend_name) {
+  return edgellm::detail::guard_exceptions("Session::adopt", [&]() -> result<Session> {
+    constexpr std::string_view where = "Session::adopt";
+    if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
+    if (options.draft && options.prompt_lookup) {
+      return make_error(errc::invalid_argument, where,
+                        "draft and prompt_lookup: choose one way of drafting");
+    }
+    if (options.draft.operator bool() != draft.has_value()) {
+      return make_error(errc::invalid_argument, where,
+                        options.draft ? "draft: options.draft is set but no draft model is given"
+                                      : "draft: a draft model is given without options.draft");
+    }
+    if (target.position() != 0 || (draft && draft->position() != 0)) {
+      return make_error(errc::invalid_argument, where, "target, draft: must hold no tokens");
+    }
+    if (target.vocab_size() != engine->config().vocab_size) {
+      return make_error(errc::shape_mismatch, where,
+                        "target: vocab_size " + std::to_string(target.vocab_size()) +
+                            " but the engine's model has " +
+                            std::to_string(engine->config().vocab_size));
+    }
+    auto sampler = decode::Sampler::create(options.sampling);
+    if (!sampler) return sampler.error();
+    Session s(std::move(engine), options, std::move(*sampler));
+    auto core = Core<Target>::create(std::move(target), std::move(draft), options, backend_name,
+                                     owner);
+    if (!core) return core.error();
+    s.core_ = std::move(*core);
     return s;
   });
 }

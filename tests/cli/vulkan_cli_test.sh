@@ -2,12 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # edgellm-logits --backend vulkan (lavapipe in CI) against the CPU's exact path with the stored
 # lm_head on the fixtures (Llama, Qwen2, Qwen3; fp16 quantised at load and AutoAWQ int4): every
-# position within 1e-2 of that position's logit range; and its refusals. Exit 77 (skipped)
-# where the host has no Vulkan device.
-#   vulkan_cli_test.sh LOGITS_BIN SOURCE_DIR
+# position within 1e-2 of that position's logit range; edgellm-generate --backend vulkan
+# streams the CPU's text (greedy, f16 KV, fp16 lm_head) on the bundled model, with a draft and
+# a prompt cache too; and the refusals of both. Exit 77 (skipped) where the host has no Vulkan
+# device.
+#   vulkan_cli_test.sh LOGITS_BIN SOURCE_DIR GENERATE_BIN
 set -uo pipefail
 logits=$1
 src=$2
+generate=$3
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -43,7 +46,28 @@ PY
   fi
 done
 
+# edgellm-generate --backend vulkan: greedy text with a draft model, with prompt lookup, and
+# through a prompt cache (written, then read) is the plain decode's. (The device against the
+# CPU's exact path: tests/backend/vulkan/backend_test.cpp.)
+gen=(--model "$src/models/kjv-target-awq" --prompt "And God said" -n 16 --temperature 0 --kv-type f16 --quiet)
+if ! plain=$("$generate" "${gen[@]}" --backend vulkan 2>"$tmp/err") || [ -z "$plain" ]; then
+  fail "generate --backend vulkan" "$(cat "$tmp/err")"
+fi
+for extra in "--draft $src/models/kjv-draft-awq" "--draft lookup" "--prompt-cache $tmp/prompt.bin" "--prompt-cache $tmp/prompt.bin"; do
+  # shellcheck disable=SC2086  # $extra is a flag and its value
+  if text=$("$generate" "${gen[@]}" --backend vulkan $extra 2>"$tmp/err") && [ "$text" = "$plain" ]; then
+    ok "generate --backend vulkan $extra: the plain decode's text"
+  else
+    fail "generate --backend vulkan $extra" "plain: $plain | got: ${text:-} | $(cat "$tmp/err")"
+  fi
+done
+[ -s "$tmp/prompt.bin" ] && ok "generate --backend vulkan wrote the prompt cache" || fail "no prompt cache written"
+
 EXPECT_STREAM=stderr
+expect "generate vulkan: --kv-type f32 has no device format" 1 "f32.*--backend cpu" -- "$generate" "${gen[@]}" --backend vulkan --kv-type f32
+expect "generate vulkan: a device index past the last" 1 "device.*--backend cpu" -- "$generate" "${gen[@]}" --backend vulkan --device 99
+expect "generate: --device without --backend vulkan" 2 "--device: applies to --backend vulkan only" -- "$generate" "${gen[@]}" --device 0
+expect "generate vulkan: --fp32-reference is CPU only" 2 "CPU only" -- "$generate" "${gen[@]}" --backend vulkan --fp32-reference
 expect "vulkan: a bf16 lm_head is refused with a way out" 1 "BF16.*--lm-head int4" -- "$logits" --model "$src/tests/data/model/llama-bf16" --ids 1,2 --out - --backend vulkan --quiet
 expect "vulkan: --lm-head int4 runs the bf16 checkpoint" 0 "^$" -- "$logits" --model "$src/tests/data/model/llama-bf16" --ids 1,2 --out - --backend vulkan --lm-head int4 --quiet
 expect "vulkan: --lm-head int8 has no shader" 1 "int8.*--lm-head f16" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1,2 --out - --backend vulkan --lm-head int8 --quiet

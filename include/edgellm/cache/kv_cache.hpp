@@ -68,7 +68,7 @@ concept KVCache = KVStore<C> && requires(C& c, std::size_t i, std::span<const fl
 /// import from another model, another KV type or shape, or of a corrupted or truncated blob is
 /// refused with an error that names what differs, and leaves the cache unchanged.
 template <class C>
-concept PrefixKVCache = KVCache<C> &&
+concept PrefixKVCache = KVStore<C> &&
     requires(C& c, const C& cc, std::size_t n, std::uint64_t fingerprint,
              std::vector<std::byte>& out, std::span<const std::byte> in) {
   { cc.export_prefix(n, fingerprint, out) } -> std::same_as<status>;

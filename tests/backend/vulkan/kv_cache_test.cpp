@@ -10,6 +10,9 @@
 #include "backend/vulkan/test_device.hpp"
 #include "support/prelude.hpp"
 
+#include "edgellm/cache/prefix_blob.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -114,6 +117,34 @@ void check_rows_match(vk::Device& dev, vk::KvFormat format, std::size_t head_dim
   REQUIRE(cpu.append(1, 2, 9, k, v));
   test::require_same_rows(*d, cpu, 1, 11);
   test::require_same_rows(*d, cpu, 0, 2);
+
+  // The prefix blob: the device's payload is the CPU cache's, byte for byte (only the type
+  // name in the header differs), and it restores into a fresh device cache.
+  REQUIRE(d->step(0, 2, 9, k, v));
+  REQUIRE(cpu.append(0, 2, 9, k, v));
+  constexpr std::uint64_t fingerprint = 0x1234'5678'9abc'def0ull;
+  std::vector<std::byte> blob, cpu_blob;
+  REQUIRE(d->cache.export_prefix(10, fingerprint, blob));
+  REQUIRE(cpu.export_prefix(10, fingerprint, cpu_blob));
+  REQUIRE(blob.size() == cpu_blob.size());
+  const std::size_t body = cache::kPrefixHeaderBytes;
+  CHECK(std::equal(blob.begin() + body, blob.end() - 8, cpu_blob.begin() + body));
+  auto header = cache::parse_prefix_blob(blob, "test");
+  REQUIRE(header);
+  CHECK(header->type == d->cache.type_name());
+  CHECK(header->length == 10);
+  auto fresh = test::DeviceKv::create(dev, s);
+  REQUIRE(fresh->cache.import_prefix(blob, fingerprint));
+  CHECK(fresh->cache.length() == 10);
+  CHECK(fresh->cache.layer_length(0) == 10);
+  test::require_same_rows(*fresh, cpu, 0, 10);
+  test::require_same_rows(*fresh, cpu, 1, 10);
+  // Appending after the restored prefix goes on as in the cache that saved it.
+  const auto k1 = std::span(k).first(row_len), v1 = std::span(v).first(row_len);
+  REQUIRE(fresh->step(1, 10, 1, k1, v1));
+  REQUIRE(cpu.truncate(10));
+  REQUIRE(cpu.append(1, 10, 1, k1, v1));
+  test::require_same_rows(*fresh, cpu, 1, 11);
 }
 
 }  // namespace
@@ -190,6 +221,61 @@ TEST_CASE("the Vulkan KV cache names the bad argument", "[vulkan][vk_kv_cache]")
     }));
     CHECK(other->layer_length(1) == 3);
     CHECK(d->cache.layer_length(1) == 0);
+  }
+  test::require_no_validation_messages(*log);
+}
+
+TEST_CASE("the Vulkan KV cache refuses a prefix blob it cannot hold, unchanged",
+          "[vulkan][vk_kv_cache]") {
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto dev = test::vulkan_test_device();
+    if (!dev) return;
+    log = dev->validation_log();
+    test::KvShape s;
+    s.layers = 2;
+    s.capacity = 8;
+    s.max_rows = 4;
+    auto d = test::DeviceKv::create(*dev, s);
+    const std::vector<float> rows(4 * 64, 0.5f);
+    REQUIRE(d->step(0, 0, 4, rows, rows));
+    REQUIRE(d->step(1, 0, 4, rows, rows));
+    std::vector<std::byte> blob;
+    REQUIRE(d->cache.export_prefix(3, 7, blob));
+    const auto refused = [&](vk::KVCache& c, std::span<const std::byte> b, std::uint64_t fp,
+                             errc code, const char* text) {
+      const std::size_t before = c.length();
+      const auto st = c.import_prefix(b, fp);
+      REQUIRE_FALSE(st);
+      CHECK(st.error().code == code);
+      CHECK_THAT(st.error().message, Contains("vulkan KVCache::import_prefix") && Contains(text));
+      CHECK(c.length() == before);
+    };
+    CHECK_FALSE(d->cache.export_prefix(5, 7, blob));  // more than it holds
+    refused(d->cache, blob, 8, errc::invalid_argument, "saved by another model");
+    auto corrupt = blob;
+    corrupt[cache::kPrefixHeaderBytes + 1] ^= std::byte{1};
+    refused(d->cache, corrupt, 7, errc::format_error, "checksum");
+    auto f16 = vk::KVCache::create(*dev, vk::KvFormat::f16, 2, 1, 64, 8);
+    REQUIRE(f16);
+    refused(*f16, blob, 7, errc::invalid_argument,
+            "KV type VulkanKVCacheQ8, this cache is VulkanKVCacheF16");
+    auto other_shape = vk::KVCache::create(*dev, vk::KvFormat::int8, 3, 1, 64, 8);
+    REQUIRE(other_shape);
+    refused(*other_shape, blob, 7, errc::invalid_argument, "2 x 1 x 64, this cache 3 x 1 x 64");
+    auto small = vk::KVCache::create(*dev, vk::KvFormat::int8, 2, 1, 64, 2);
+    REQUIRE(small);
+    refused(*small, blob, 7, errc::capacity_exceeded, "3 positions, more than the capacity 2");
+    // A CPU cache's blob names its own type.
+    auto cpu = test::cpu_cache<cache::KVCacheQ8>(s);
+    REQUIRE(cpu.append(0, 0, 4, rows, rows));
+    REQUIRE(cpu.append(1, 0, 4, rows, rows));
+    std::vector<std::byte> cpu_blob;
+    REQUIRE(cpu.export_prefix(3, 7, cpu_blob));
+    refused(d->cache, cpu_blob, 7, errc::invalid_argument, "KV type KVCacheQ8");
+    // The refused imports left the cache usable.
+    REQUIRE(d->cache.import_prefix(blob, 7));
+    CHECK(d->cache.length() == 3);
   }
   test::require_no_validation_messages(*log);
 }

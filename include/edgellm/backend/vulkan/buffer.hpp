@@ -154,7 +154,7 @@ class Buffer {
   }
 
   /// Copies `out.size()` bytes at byte `offset` of the buffer into `out`.
-  status read(std::span<std::byte> out, std::size_t offset = 0) {
+  status read(std::span<std::byte> out, std::size_t offset = 0) const {
     if (auto st = check_range(out.size(), offset, "read"); !st) return st;
     if (out.empty()) return {};
     if (mapped_) {
@@ -206,7 +206,7 @@ class Buffer {
       return vk_error(e, "vulkan buffer " + name_, "vkFlushMappedMemoryRanges");
     return {};
   }
-  status invalidate(std::size_t offset, std::size_t len) {
+  status invalidate(std::size_t offset, std::size_t len) const {
     if (coherent_) return {};
     const auto r = atom_range(offset, len);
     if (auto e = dev_->fn().vkInvalidateMappedMemoryRanges(dev_->handle(), 1, &r); e != VK_SUCCESS)
@@ -215,7 +215,7 @@ class Buffer {
   }
 
   template <class Host>
-  status staged(std::size_t total, std::size_t offset, Host&& host, bool to_device) {
+  status staged(std::size_t total, std::size_t offset, Host&& host, bool to_device) const {
     const std::size_t chunk = std::max<std::size_t>(
         std::min(options_.staging_chunk_bytes, total), 4);
     auto staging = Buffer::create(*dev_, chunk, name_ + " staging", {BufferKind::host_io});

@@ -10,13 +10,17 @@
 #include "edgellm/backend/vulkan/device.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/kv_append.hpp"
+#include "edgellm/cache/prefix_blob.hpp"
+#include "edgellm/detail/bytes.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -142,7 +146,7 @@ class KVCache {
 
   /// Reads back positions [first_pos, first_pos + n) of `layer` (all must be held). Waits for
   /// the device (a submission of its own; not while a recorded append is pending).
-  result<Rows> read(std::size_t layer, std::size_t first_pos, std::size_t n) {
+  result<Rows> read(std::size_t layer, std::size_t first_pos, std::size_t n) const {
     if (layer >= layers_ || first_pos > layer_length_[layer] ||
         n > layer_length_[layer] - first_pos) {
       return make_error(errc::out_of_range, "vulkan KVCache::read",
@@ -168,6 +172,130 @@ class KVCache {
     return r;
   }
 
+  /// The KV type a prefix blob of this cache names (cache/prefix_blob.hpp). Not the CPU caches'
+  /// names: the device computes the keys and values in another order, so a state saved on one
+  /// backend is not the state the other would hold, and is refused by name.
+  std::string_view type_name() const noexcept {
+    return format_ == KvFormat::int8 ? "VulkanKVCacheQ8" : "VulkanKVCacheF16";
+  }
+
+  /// cache::PrefixKVCache: the first n positions of every layer as a prefix blob tagged with
+  /// `model_fingerprint`, in the CPU caches' payload order (per layer, per kv head: keys
+  /// [n][head_dim], key scales [n] (int8), values, value scales; little-endian). Reads the
+  /// device back (not while a recorded append is pending).
+  status export_prefix(std::size_t n, std::uint64_t model_fingerprint,
+                       std::vector<std::byte>& out) const {
+    if (n > length()) {
+      return make_error(errc::out_of_range, "vulkan KVCache::export_prefix",
+                        "n: " + std::to_string(n) + " is greater than the cached length " +
+                            std::to_string(length()));
+    }
+    const std::size_t payload = payload_bytes(n);
+    std::vector<std::byte> blob(cache::prefix_blob_bytes(payload), std::byte{0});
+    cache::store_prefix_header(
+        blob.data(), {type_name(), layers_, kv_heads_, head_dim_, n, model_fingerprint, payload});
+    std::byte* p = blob.data() + cache::kPrefixHeaderBytes;
+    const std::size_t row_bytes = head_dim_ * element_bytes();
+    for (std::size_t layer = 0; layer < layers_; ++layer) {
+      auto rows = read(layer, 0, n);  // [n][kv_heads][head_dim], [n][kv_heads]
+      if (!rows) return rows.error();
+      for (std::size_t h = 0; h < kv_heads_; ++h) {
+        for (const auto& [codes, scales] : {std::pair{&rows->k, &rows->k_scale},
+                                           std::pair{&rows->v, &rows->v_scale}}) {
+          for (std::size_t j = 0; j < n; ++j)
+            p = store_row(p, codes->data() + (j * kv_heads_ + h) * row_bytes);
+          if (format_ == KvFormat::int8) {
+            for (std::size_t j = 0; j < n; ++j)
+              p = edgellm::detail::store_le_array(p, scales->data() + j * kv_heads_ + h, 1);
+          }
+        }
+      }
+    }
+    cache::seal_prefix_blob(blob);
+    out = std::move(blob);
+    return {};
+  }
+
+  /// cache::PrefixKVCache: replaces every layer's content by the prefix in `blob` (from
+  /// export_prefix of a cache of the same format and shape, tagged with the same
+  /// `model_fingerprint`); length() becomes its length. Checked first, each a clear error that
+  /// leaves the cache unchanged: framing (size, magic, version, checksum), KV type, fingerprint,
+  /// shape, length > capacity. A device error while writing leaves the cache empty.
+  status import_prefix(std::span<const std::byte> blob, std::uint64_t model_fingerprint) {
+    constexpr std::string_view where = "vulkan KVCache::import_prefix";
+    auto parsed = cache::parse_prefix_blob(blob, where);
+    if (!parsed) return parsed.error();
+    const cache::PrefixBlobHeader& h = *parsed;
+    if (h.type != type_name()) {
+      return make_error(errc::invalid_argument, where,
+                        "the prefix holds KV type " + std::string(h.type) + ", this cache is " +
+                            std::string(type_name()));
+    }
+    if (h.fingerprint != model_fingerprint) {
+      return make_error(errc::invalid_argument, where,
+                        "the prefix was saved by another model: fingerprint " +
+                            edgellm::detail::hex64(h.fingerprint) + ", this model's is " +
+                            edgellm::detail::hex64(model_fingerprint));
+    }
+    if (h.layers != layers_ || h.kv_heads != kv_heads_ || h.head_dim != head_dim_) {
+      return make_error(errc::invalid_argument, where,
+                        "the prefix has layers x kv_heads x head_dim = " +
+                            std::to_string(h.layers) + " x " + std::to_string(h.kv_heads) +
+                            " x " + std::to_string(h.head_dim) + ", this cache " +
+                            std::to_string(layers_) + " x " + std::to_string(kv_heads_) + " x " +
+                            std::to_string(head_dim_));
+    }
+    if (h.length > capacity_) {
+      return make_error(errc::capacity_exceeded, where,
+                        "the prefix holds " + std::to_string(h.length) +
+                            " positions, more than the capacity " + std::to_string(capacity_));
+    }
+    const std::size_t n = static_cast<std::size_t>(h.length);
+    if (h.payload_bytes != payload_bytes(n)) {
+      return make_error(errc::format_error, where,
+                        "payload of " + std::to_string(h.payload_bytes) + " bytes, expected " +
+                            std::to_string(payload_bytes(n)) + " for " + std::to_string(n) +
+                            " positions");
+    }
+    const std::size_t row_bytes = head_dim_ * element_bytes();
+    Rows rows;  // one layer: [n][kv_heads][head_dim], [n][kv_heads]
+    rows.k.resize(n * kv_heads_ * row_bytes);
+    rows.v.resize(rows.k.size());
+    if (format_ == KvFormat::int8) {
+      rows.k_scale.resize(n * kv_heads_);
+      rows.v_scale.resize(n * kv_heads_);
+    }
+    const std::byte* p = blob.data() + cache::kPrefixHeaderBytes;
+    const auto failed = [&](status st) {
+      std::fill(layer_length_.begin(), layer_length_.end(), std::size_t{0});
+      return st;
+    };
+    for (std::size_t layer = 0; layer < layers_; ++layer) {
+      for (std::size_t hd = 0; hd < kv_heads_; ++hd) {
+        for (const auto& [codes, scales] : {std::pair{&rows.k, &rows.k_scale},
+                                           std::pair{&rows.v, &rows.v_scale}}) {
+          for (std::size_t j = 0; j < n; ++j)
+            p = load_row(p, codes->data() + (j * kv_heads_ + hd) * row_bytes);
+          if (format_ == KvFormat::int8) {
+            for (std::size_t j = 0; j < n; ++j)
+              p = edgellm::detail::load_le_array(p, scales->data() + j * kv_heads_ + hd, 1);
+          }
+        }
+      }
+      const std::size_t row0 = layer * capacity_ * kv_heads_;
+      if (auto st = k_.write(rows.k, row0 * row_bytes); !st) return failed(st);
+      if (auto st = v_.write(rows.v, row0 * row_bytes); !st) return failed(st);
+      if (format_ == KvFormat::int8) {
+        if (auto st = k_scale_.write(std::as_bytes(std::span(rows.k_scale)), row0 * 4); !st)
+          return failed(st);
+        if (auto st = v_scale_.write(std::as_bytes(std::span(rows.v_scale)), row0 * 4); !st)
+          return failed(st);
+      }
+    }
+    std::fill(layer_length_.begin(), layer_length_.end(), n);
+    return {};
+  }
+
   /// The buffers, in the shaders' binding order: k codes, v codes, k scales, v scales.
   const Buffer& k_codes() const noexcept { return k_; }
   const Buffer& v_codes() const noexcept { return v_; }
@@ -182,6 +310,39 @@ class KVCache {
   KVCache() = default;
 
   std::size_t element_bytes() const noexcept { return format_ == KvFormat::int8 ? 1 : 2; }
+
+  // Bytes of a prefix blob's payload for n positions (the CPU caches' formula).
+  std::size_t payload_bytes(std::size_t n) const noexcept {
+    return layers_ * kv_heads_ * n *
+           (2 * head_dim_ * element_bytes() + (format_ == KvFormat::int8 ? 8 : 0));
+  }
+
+  // One row of head_dim elements between the device's host-order bytes and the blob's
+  // little-endian ones.
+  std::byte* store_row(std::byte* p, const std::byte* row) const noexcept {
+    if (format_ == KvFormat::int8) {
+      std::memcpy(p, row, head_dim_);
+      return p + head_dim_;
+    }
+    for (std::size_t i = 0; i < head_dim_; ++i) {
+      std::uint16_t bits;
+      std::memcpy(&bits, row + 2 * i, 2);
+      p = edgellm::detail::store_le_array(p, &bits, 1);
+    }
+    return p;
+  }
+  const std::byte* load_row(const std::byte* p, std::byte* row) const noexcept {
+    if (format_ == KvFormat::int8) {
+      std::memcpy(row, p, head_dim_);
+      return p + head_dim_;
+    }
+    for (std::size_t i = 0; i < head_dim_; ++i) {
+      std::uint16_t bits;
+      p = edgellm::detail::load_le_array(p, &bits, 1);
+      std::memcpy(row + 2 * i, &bits, 2);
+    }
+    return p;
+  }
 
   KvFormat format_ = KvFormat::int8;
   std::size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// A Session (session.hpp) whose models run on a Vulkan device (backend/vulkan/backend.hpp): the
+// same generate(), streaming, stop strings, sampling, speculative decoding (a draft Engine, or
+// prompt lookup) and prompt cache as on the CPU, with the weights, activations and KV cache in
+// device memory and a decode step as one submission. Needs the edgellm::vulkan target.
+//
+//   auto engine = edgellm::Engine::load("models/kjv-target-awq");   // lm_head as stored
+//   auto session = edgellm::create_vulkan_session(*engine, {.kv_type = edgellm::cache::KvType::f16});
+//   if (!session) return fail(session.error());  // no loader, no device: "--backend cpu" then
+//   auto out = session->generate("And God said", {.max_new_tokens = 64}, on_token);
+//
+// What the device runs: int4 linears and an fp16 (or as-stored dense fp16) lm_head; load the
+// Engine with EngineOptions::load.lm_head = as_stored (its default). KV caches: int8 or f16.
+#pragma once
+
+#include "edgellm/backend/vulkan/backend.hpp"
+#include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/kv_cache.hpp"
+#include "edgellm/model/transformer.hpp"
+#include "edgellm/result.hpp"
+#include "edgellm/session.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace edgellm {
+
+/// Where a Vulkan Session runs.
+struct VulkanSessionOptions {
+  /// The app's device (an Android app adopts its own VkDevice with vk::Device::adopt); it must
+  /// outlive the Session. Null: the Session opens a device of its own with `device_options`
+  /// (an index, or the rule discrete > integrated > CPU implementations) and closes it last.
+  backend::vk::Device* device = nullptr;
+  backend::vk::DeviceOptions device_options{};
+};
+
+/// The model type of a Vulkan Session.
+using VulkanModel = model::Transformer<backend::vk::KVCache, backend::vk::Backend>;
+
+/// A Session over `engine` on a Vulkan device. SessionOptions apply as on the CPU, except:
+/// kv_type int8 or f16 (the device caches), pool (the device computes), memory_budget (it plans
+/// host memory; the device's memory errors are reported when allocating). Errors: no loader, no
+/// device, a missing feature, out of device memory, weights the shaders do not run (an int8
+/// lm_head, bf16 linears): each names what is missing and says to fall back to the CPU.
+inline result<Session> create_vulkan_session(std::shared_ptr<const Engine> engine,
+                                             const SessionOptions& options = {},
+                                             const VulkanSessionOptions& vulkan = {}) {
+  namespace vk = backend::vk;
+  constexpr std::string_view where = "create_vulkan_session";
+  return edgellm::detail::guard_exceptions(where, [&]() -> result<Session> {
+    if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
+    if (options.kv_type == cache::KvType::f32) {
+      return make_error(errc::unsupported, where,
+                        "kv_type f32: the device caches hold int8 or f16; choose one of them");
+    }
+    if (options.memory_budget.enabled()) {
+      return make_error(errc::unsupported, where,
+                        "memory_budget: plans host memory; a Vulkan Session's state is in device "
+                        "memory (allocation failures are reported as errors)");
+    }
+    std::shared_ptr<vk::Device> owned;
+    vk::Device* dev = vulkan.device;
+    if (dev == nullptr) {
+      auto d = vk::Device::create(vulkan.device_options);
+      if (!d) return d.error();
+      owned = std::move(*d);
+      dev = owned.get();
+    }
+    model::TransformerOptions to = Session::model_options(*engine, options);
+    to.pool = nullptr;
+    const vk::KvFormat format =
+        options.kv_type == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16;
+    const auto build = [&](const std::shared_ptr<const model::TransformerWeights>& w,
+                           const model::TransformerOptions& o) -> result<VulkanModel> {
+      auto ctx = VulkanModel::checked_context(*w, o);
+      if (!ctx) return ctx.error();
+      const model::ModelConfig& c = w->config;
+      auto kv = vk::KVCache::create(*dev, format, c.num_hidden_layers, c.num_key_value_heads,
+                                    c.head_dim, *ctx);
+      if (!kv) return kv.error();
+      auto b = vk::Backend::create(*dev, VulkanModel::model_shape(c, o.max_batch));
+      if (!b) return b.error();
+      model::TransformerOptions oc = o;
+      oc.context_size = *ctx;
+      return VulkanModel::assemble(w, oc, std::move(*kv), std::move(*b));
+    };
+    auto target = build(engine->weights(), to);
+    if (!target) return target.error();
+    std::optional<VulkanModel> draft;
+    if (options.draft) {
+      model::TransformerOptions draft_to = to;
+      draft_to.profile = nullptr;  // SessionOptions::profile is the target's
+      auto d = build(options.draft->weights(), draft_to);
+      if (!d) return d.error();
+      draft.emplace(std::move(*d));
+    }
+    // `owned` outlives target and draft here (declared first), and inside the Session.
+    return Session::adopt(std::move(engine), options, std::move(*target), std::move(draft),
+                          std::shared_ptr<const void>(owned), "vulkan");
+  });
+}
+
+}  // namespace edgellm
