@@ -3,7 +3,9 @@
 // Session on the app's Vulkan device generates the tokens a plain decoder over the same device
 // model does; speculative decoding (a draft model, prompt lookup) gives the same greedy tokens
 // as plain decoding; the prompt cache round-trips through a file and refuses a CPU state; a
-// Session that opens its own device; errors that name what the device cannot run.
+// Session that opens its own device; errors that name what the device cannot run; out of device
+// memory and a lost device (through a loader that injects them: fault_loader.c) as errors that
+// leave nothing allocated and a Session that goes on.
 #include "edgellm/vulkan_session.hpp"
 
 #include "backend/vulkan/test_device.hpp"
@@ -12,6 +14,8 @@
 #include "support/test_env.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <memory>
@@ -202,5 +206,67 @@ TEST_CASE("a Vulkan Session opens its own device and names what it cannot run",
   eo.load.lm_head = model::LmHeadFormat::int8;
   fails(load_engine("kjv-target-awq", eo), greedy(), {}, "--lm-head f16");
 }
+
+#ifdef EDGELLM_VK_FAULT_LOADER
+TEST_CASE("a Vulkan Session reports out of device memory and a lost device, and goes on",
+          "[vulkan][vk_session]") {
+  auto probe = test::vulkan_test_device();
+  if (!probe) return;
+  probe.reset();
+  void* lib = ::dlopen(EDGELLM_VK_FAULT_LOADER, RTLD_NOW | RTLD_LOCAL);
+  INFO(EDGELLM_VK_FAULT_LOADER);
+  REQUIRE(lib != nullptr);
+  using SetFn = void (*)(std::uint64_t, std::int64_t);
+  using AllocatedFn = std::uint64_t (*)();
+  const auto set_faults = reinterpret_cast<SetFn>(::dlsym(lib, "edgellm_fault_set"));
+  const auto allocated = reinterpret_cast<AllocatedFn>(::dlsym(lib, "edgellm_fault_allocated"));
+  REQUIRE((set_faults && allocated));
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    vk::DeviceOptions o;
+    o.loader_library = EDGELLM_VK_FAULT_LOADER;
+    o.validation = test::vulkan_validation_available();
+    auto dev = vk::Device::create(o);
+    INFO((dev ? std::string() : dev.error().message));
+    REQUIRE(dev);
+    log = (*dev)->validation_log();
+    const auto engine = load_engine("kjv-target-awq");
+    VulkanSessionOptions vo;
+    vo.device = dev->get();
+
+    // A model bigger than the device's memory: 1 MiB left for about 5 MB of weights.
+    const std::uint64_t before = allocated();
+    set_faults(before + (1u << 20), -1);
+    auto too_big = create_vulkan_session(engine, greedy(), vo);
+    REQUIRE_FALSE(too_big);
+    CHECK(too_big.error().code == errc::out_of_memory);
+    CHECK_THAT(too_big.error().message,
+               Catch::Contains("VK_ERROR_OUT_OF_DEVICE_MEMORY") && Catch::Contains("--backend cpu"));
+    CHECK(allocated() == before);  // what was allocated before the failure is freed
+
+    // A device lost in the middle of a generation: an error that says so, the Session at the
+    // state before the call, and, the device back, the same tokens as before.
+    set_faults(0, -1);
+    Session s = make_session(**dev, engine, greedy());
+    const Ids want = generate_ids(s, kPrompt, 8);
+    REQUIRE(s.reset());
+    set_faults(0, 3);  // the prefill and two decode steps, then every submission fails
+    GenerateOptions g;
+    g.max_new_tokens = 8;
+    g.ignore_eos = true;
+    auto lost = s.generate(kPrompt, g);
+    REQUIRE_FALSE(lost);
+    CHECK_THAT(lost.error().message,
+               Catch::Contains("VK_ERROR_DEVICE_LOST") && Catch::Contains("--backend cpu"));
+    set_faults(0, -1);
+    CHECK(generate_ids(s, kPrompt, 8) == want);  // without a reset
+    REQUIRE(s.reset());
+    CHECK(generate_ids(s, kPrompt, 8) == want);
+  }
+  CHECK(allocated() == 0);  // the Sessions and the device freed every allocation
+  test::require_no_validation_messages(*log);
+  ::dlclose(lib);
+}
+#endif
 
 }  // namespace test_vulkan_session
