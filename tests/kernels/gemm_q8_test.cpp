@@ -31,7 +31,7 @@ struct Shape {
 const Shape kShapes[] = {{1, 128, 128, 1},  {17, 384, 128, 1}, {33, 256, 128, 3},
                          {7, 192, 64, 1},   {21, 192, 64, 5},  {19, 96, 32, 1},
                          {5, 160, 32, 9},   {40, 512, 128, 2}, {9, 1152, 128, 2},
-                         {6, 640, 64, 1}};
+                         {6, 640, 64, 1},   {11, 896, 128, 1}, {3, 448, 64, 2}};
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("int8 exact gemv/gemm match the scalar twin", "[kernels][q8]",
