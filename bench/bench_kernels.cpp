@@ -8,6 +8,10 @@
 // fp16 scales and zero points; 4.25 bits per weight at group 128); activations and outputs are
 // small and cache resident. pct_membw = gbps / membw_gbps, where membw_gbps is the read
 // bandwidth measured with the same thread count just before and just after the GEMV rows.
+// --read-row adds two rows per GEMV case: read_weights[_q8], the same weight bytes read by the
+// probe's loop over the same pool (pct_membw against the probe), then gemv[_q8]_vs_read, GEMV
+// passes timed in alternation with those reads (pct_membw against that read, not the probe):
+// how close the kernel comes to a plain read of its own bytes on a host whose bandwidth drifts.
 // Columns that do not apply to a row are null (empty in tsv/csv): k of a multi-shape case,
 // membw_gbps, pct_membw and cost_vs_m1 of the gemm row, cost_vs_m1 without an m = 1 row.
 //
@@ -19,6 +23,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -113,7 +118,7 @@ int main(int argc, char** argv) {
   int device_index = -1;  // -1: the Vulkan backend's device rule
   std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1};
   std::size_t group = 128;
-  bool lock = true;
+  bool lock = true, read_row = false;
   bench::options opts;
   using bench::flag;
   constexpr std::size_t kMaxDim = std::size_t{1} << 24;
@@ -139,6 +144,11 @@ int main(int argc, char** argv) {
           flag::list<std::size_t>({"--gemm"}, "M,N,K", "GEMM shape", gemm_shape, 1, kMaxDim),
           flag::number<std::size_t>({"--group"}, "G", "group size 32|64|128", group, 1, 4096),
           flag::boolean({"--no-lock"}, "do not mlock the weights", lock, false),
+          flag::boolean({"--read-row"},
+                        "after each GEMV case, time a plain read of the same weights (op\n"
+                        "read_weights[_q8]) in alternation with GEMV passes (op gemv[_q8]_vs_read,\n"
+                        "pct_membw against that read)",
+                        read_row, true),
           flag::string({"--backend"}, "cpu|vulkan|all",
                        "where the GEMV runs: the CPU kernels, or the int4 GEMV shader on a\n"
                        "Vulkan device (builds with the Vulkan backend; GEMV rows only)",
@@ -210,6 +220,8 @@ int main(int argc, char** argv) {
     constexpr bool kInt8 = std::is_same_v<Matrix, Q8Matrix>;
     const char* op_gemv = kInt8 ? "gemv_q8" : "gemv";
     const char* op_sweep = kInt8 ? "gemm_q8_sweep" : "gemm_sweep";
+    const char* op_read = kInt8 ? "read_weights_q8" : "read_weights";
+    const char* op_alt = kInt8 ? "gemv_q8_vs_read" : "gemv_vs_read";
     const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
     const std::vector<Shape>& shapes = set.shapes;
     const std::string& case_name = set.name;
@@ -280,6 +292,44 @@ int main(int argc, char** argv) {
                 },
                 reps));
           }
+          // The same weight bytes read by the probe's loop (uint64 sums), each matrix split over
+          // the same pool as the GEMV: the ceiling for any kernel over these bytes. Timed
+          // alternately with GEMV passes, so that both see the same state of a drifting host.
+          const bool with_read_row = read_row;
+          bench::timing read_t, gemv_t;
+          if (with_read_row) {
+            const auto read_pass = [&] {
+              std::atomic<std::uint64_t> total{0};
+              for (const auto& w : mats) {
+                const auto* p = reinterpret_cast<const std::uint64_t*>(w.data());
+                pool->get()->parallel_for(w.byte_size() / 64, [&](std::size_t b0, std::size_t b1) {
+                  std::uint64_t s[8] = {};
+                  for (std::size_t i = b0 * 8; i < b1 * 8; i += 8)
+                    for (std::size_t j = 0; j < 8; ++j) s[j] += p[i + j];
+                  total.fetch_add(s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7],
+                                  std::memory_order_relaxed);
+                });
+              }
+              bench::do_not_optimize(total.load());
+            };
+            const auto gemv_pass = [&] {
+              for (const auto& w : mats)
+                (void)gemv(w, std::span<const float>(x.data(), w.k()),
+                           std::span<float>(y.data(), w.n()), {}, mo);
+              bench::do_not_optimize(y[0]);
+            };
+            std::vector<double> r_us, g_us;
+            for (int rep = 0; rep < reps; ++rep) {
+              r_us.push_back(bench::measure(read_pass, 1, rep == 0 ? 1 : 0).median_us);
+              g_us.push_back(bench::measure(gemv_pass, 1, rep == 0 ? 1 : 0).median_us);
+            }
+            const auto to_timing = [&](const std::vector<double>& us) {
+              const bench::stats st = bench::summarize(us);
+              return bench::timing{st.median, st.p10, st.p90, st.min, reps, st.mean, st.stddev, us};
+            };
+            read_t = to_timing(r_us);
+            gemv_t = to_timing(g_us);
+          }
           const double bw_after = bench::measure_read_bandwidth_gbps(
               threads, bw_bytes / static_cast<std::size_t>(threads), 3);
           const double membw = (bw_before + bw_after) / 2;
@@ -305,6 +355,32 @@ int main(int argc, char** argv) {
                      membw > 0 ? bench::value(membw) : bench::value(),
                      membw > 0 ? bench::value(100 * gbps / membw) : bench::value(), weights, cost,
                      "cpu", cpu_name});
+          }
+          if (with_read_row) {
+            const double read_gbps = static_cast<double>(bytes) / (read_t.median_us * 1e3);
+            const double gemv_gbps = static_cast<double>(bytes) / (gemv_t.median_us * 1e3);
+            bench::note("[{}] read of the same weights t={} : {:.1f} GB/s; GEMV in alternation "
+                        "{:.1f} GB/s -> {:.0f}% of the read",
+                        op_gemv, threads, read_gbps, gemv_gbps, 100 * gemv_gbps / read_gbps);
+            // Two rows: the read (pct_membw against the probe), then the GEMV passes timed in
+            // alternation with it (pct_membw against that read, not the probe).
+            for (int which = 0; which < 2; ++which) {
+              const bench::timing& t = which == 0 ? read_t : gemv_t;
+              const double gbps = which == 0 ? read_gbps : gemv_gbps;
+              const double ref = which == 0 ? membw : read_gbps;
+              out.row({which == 0 ? op_read : op_alt, case_name,
+                       which == 0 ? "read" : (path == MatmulPath::fast ? "fast" : "exact"),
+                       which == 0 ? std::string("u64") : isa_str, 1LL,
+                       static_cast<long long>(rows),
+                       shapes.size() == 1 ? bench::value(kmax) : bench::value(),
+                       static_cast<long long>(group), threads, t.reps, t.median_us, t.p10_us,
+                       t.p90_us, t.mean_us, t.stddev_us, t.min_us,
+                       which == 0 ? bench::value() : bench::value(static_cast<double>(flops) /
+                                                                  (t.median_us * 1e3)),
+                       gbps, ref > 0 ? bench::value(ref) : bench::value(),
+                       ref > 0 ? bench::value(100 * gbps / ref) : bench::value(), weights,
+                       bench::value(), "cpu", cpu_name});
+            }
           }
         }
       }
