@@ -50,10 +50,10 @@
 #include "edgellm/session.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
+#include "vulkan.hpp"
 
 #if EDGELLM_BENCH_VULKAN
 #include "edgellm/backend/vulkan/backend.hpp"
-#include "edgellm/backend/vulkan/membw_probe.hpp"
 #endif
 
 namespace bench = edgellm::bench;
@@ -297,30 +297,25 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const model::TransformerWeights& w = **weights;
   const std::size_t per_token = bytes_per_token(w), V = w.config.vocab_size;
-  vk::DeviceOptions dopts;
-  if (device_index >= 0) dopts.device_index = static_cast<std::uint32_t>(device_index);
-  auto dev = vk::Device::create(dopts);
-  if (!dev) {
-    bench::note("[vulkan] {} (run with --backend cpu)", dev.error().message);
-    // 77: skipped (ctest's SKIP_RETURN_CODE) where the host has no Vulkan loader or device.
-    return dev.error().message.find("no Vulkan") != std::string::npos ? 77 : 1;
-  }
-  const std::string device_name = (*dev)->info().name;
+  int rc = 0;
+  auto dev = bench::vulkan::open_device(device_index, rc);
+  if (!dev) return rc;
+  const std::string device_name = dev->info().name;
   // A CPU implementation (lavapipe) keeps weights that fit the last-level cache there, as the
   // CPU backend does: no DRAM roofline for them.
   const std::size_t llc = bench::last_level_cache_bytes();
   const bool roofline_applies =
-      (*dev)->info().type != VK_PHYSICAL_DEVICE_TYPE_CPU || (llc != 0 && per_token > llc);
+      dev->info().type != VK_PHYSICAL_DEVICE_TYPE_CPU || (llc != 0 && per_token > llc);
   using VkModel = model::Transformer<vk::KVCache, vk::Backend>;
   model::TransformerOptions to;
   to.context_size = P + N + 24;
   to.max_batch = std::max<std::size_t>(P, 64);
   const model::ModelConfig& c = w.config;
-  auto kvc = vk::KVCache::create(**dev, kv == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16,
+  auto kvc = vk::KVCache::create(*dev, kv == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16,
                                  c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
                                  to.context_size);
   if (!kvc) return (bench::note("[vulkan] {}", kvc.error().message), 1);
-  auto b = vk::Backend::create(**dev, VkModel::model_shape(c, to.max_batch));
+  auto b = vk::Backend::create(*dev, VkModel::model_shape(c, to.max_batch));
   if (!b) return (bench::note("[vulkan] {}", b.error().message), 1);
   auto tr = VkModel::assemble(*weights, to, std::move(*kvc), std::move(*b));
   if (!tr) return (bench::note("[vulkan] {} (run with --backend cpu)", tr.error().message), 1);
@@ -356,13 +351,7 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
   // last; submissions counted over the steps.
   const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
   std::vector<double> probes, decodes_s, ttfts_ms;
-  const auto probe = [&] {
-    auto p = vk::MembwProbe::create(**dev, std::min<std::size_t>(
-                                               probe_bytes, (*dev)->info().max_storage_buffer_range));
-    auto r = p ? p->run(3) : result<vk::ProbeResult>(p.error());
-    if (!r) bench::note("[vulkan] probe: {}", r.error().message);
-    probes.push_back(r ? r->bytes_per_second / 1e9 : 0.0);
-  };
+  const auto probe = [&] { probes.push_back(bench::vulkan::probe_gbps(*dev, probe_bytes)); };
   const std::vector<std::int32_t> start(prompt.begin(),
                                         prompt.begin() + std::min<std::size_t>(16, P));
   std::size_t submits = 0;
@@ -594,8 +583,7 @@ int main(int argc, char** argv) {
         return rc;
     return 0;
 #else
-    bench::note("--backend vulkan: this build has no Vulkan backend (configure with "
-                "-DEDGELLM_VULKAN=ON and the Vulkan headers); use --backend cpu");
+    bench::note("--backend vulkan: {}", bench::vulkan::kNotBuilt);
     return 2;
 #endif
   }

@@ -13,6 +13,12 @@
 // the f16 row's median over this row's, same model, context and threads (types are measured in
 // turn in the same run; null without an f16 row). The cache memory is mlocked when
 // RLIMIT_MEMLOCK allows (`cache` column).
+//
+// --backend vulkan: the same step on a Vulkan device (backend/vulkan/attention.hpp) over its
+// int8 and f16 caches (the device has no f32 cache): a rep is one submission of `layers`
+// attention dispatches; membw_gbps is the Vulkan read probe on the same device, measured before
+// and after the rows of each model (their mean); threads is null, `cache` says "device".
+// Every row names its backend and device (the CPU model, or the driver's device name).
 #include <xsimd/xsimd.hpp>
 
 #include <cstdint>
@@ -28,6 +34,13 @@
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
+#include "vulkan.hpp"
+
+#if EDGELLM_BENCH_VULKAN
+#include "edgellm/backend/vulkan/attention.hpp"
+#include "edgellm/backend/vulkan/command_sequence.hpp"
+#include "edgellm/backend/vulkan/kv_cache.hpp"
+#endif
 
 namespace bench = edgellm::bench;
 using namespace edgellm;
@@ -89,10 +102,119 @@ bool fill(Cache& c, std::size_t positions) {
   return true;
 }
 
+#if EDGELLM_BENCH_VULKAN
+// --backend vulkan: every model's rows on the device `device_index`.
+int run_vulkan(const std::vector<ModelShape>& models, const std::vector<KvType>& types,
+               const std::vector<std::size_t>& contexts, const bench::options& opts,
+               int device_index, bench::table& out) {
+  namespace vk = edgellm::backend::vk;
+  int rc = 0;
+  auto dev = bench::vulkan::open_device(device_index, rc);
+  if (!dev) return rc;
+  const std::string device_name = dev->info().name;
+  const auto fail = [](const error& e) { return bench::note("[vulkan] {}", e.message), 1; };
+  auto append = vk::KvAppend::create(*dev);
+  auto attention = vk::Attention::create(*dev);
+  if (!append) return fail(append.error());
+  if (!attention) return fail(attention.error());
+  const int reps = opts.reps_or(opts.quick ? 3 : 9);
+  const std::size_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+  for (const ModelShape& m : models) {
+    // Fill chunk: `block` rows of pseudo-random keys and values, appended repeatedly.
+    const std::size_t row = m.kv_heads * m.head_dim, block = 256;
+    std::vector<float> kv_rows(block * row), q(m.heads * m.head_dim);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& x : kv_rows) x = nd(rng);
+    for (auto& x : q) x = nd(rng);
+    auto k = vk::Buffer::create(*dev, kv_rows.size() * 4, "bench k", {vk::BufferKind::host_io});
+    auto qb = vk::Buffer::create(*dev, q.size() * 4, "bench q", {vk::BufferKind::host_io});
+    auto ob = vk::Buffer::create(*dev, q.size() * 4, "bench out");
+    if (!k) return fail(k.error());
+    if (!qb) return fail(qb.error());
+    if (!ob) return fail(ob.error());
+    if (auto st = k->write(std::as_bytes(std::span(kv_rows))); !st) return fail(st.error());
+    if (auto st = qb->write(std::as_bytes(std::span(q))); !st) return fail(st.error());
+    const double bw_before = bench::vulkan::probe_gbps(*dev, probe_bytes);
+    struct Row {
+      KvType type;
+      std::size_t ctx;
+      bench::timing t;
+    };
+    std::vector<Row> rows;
+    for (const KvType t : types) {
+      if (t == KvType::f32) {
+        bench::note("[vulkan] {}: no f32 cache on the device; skipped", m.name);
+        continue;
+      }
+      auto cache = vk::KVCache::create(*dev, t == KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16,
+                                       m.layers, m.kv_heads, m.head_dim, max_ctx);
+      if (!cache) return fail(cache.error());
+      for (std::size_t l = 0; l < m.layers; ++l) {
+        auto seq = vk::CommandSequence::create(*dev, "bench fill");
+        if (!seq) return fail(seq.error());
+        for (std::size_t p = 0; p < max_ctx; p += block) {
+          const std::size_t n = std::min(block, max_ctx - p);
+          if (auto st = append->record(*seq, *cache, *k, *k, l, p, n); !st) return fail(st.error());
+        }
+        if (auto st = seq->submit(); !st) return fail(st.error());
+      }
+      bench::note("[attention] {} {} on {}: {:.1f} MB of device memory", m.name,
+                  kv_type_name(t), device_name, static_cast<double>(cache->bytes()) / 1e6);
+      for (const std::size_t ctx : contexts) {
+        // One query at position ctx - 1 in every layer: one submission per rep.
+        auto seq = vk::CommandSequence::create(*dev, "bench attention");
+        if (!seq) return fail(seq.error());
+        for (std::size_t l = 0; l < m.layers; ++l)
+          if (auto st = attention->record(*seq, *cache, *qb, *ob, m.heads, l, ctx - 1, 1); !st)
+            return fail(st.error());
+        bool ok = true;
+        const bench::timing timing = bench::measure(
+            [&] {
+              if (auto st = seq->submit(); !st && ok) {
+                bench::note("[vulkan] {}", st.error().message);
+                ok = false;
+              }
+            },
+            reps);
+        if (!ok) return 1;
+        rows.push_back({t, ctx, timing});
+      }
+    }
+    const double bw_after = bench::vulkan::probe_gbps(*dev, probe_bytes);
+    const double bw = (bw_before + bw_after) / 2;
+    bench::note("[attention] {}: Vulkan probe {:.2f} / {:.2f} GB/s", m.name, bw_before, bw_after);
+    for (const Row& r : rows) {
+      double f16_us = 0.0;
+      for (const Row& o : rows)
+        if (o.type == KvType::f16 && o.ctx == r.ctx) f16_us = o.t.median_us;
+      const double L = static_cast<double>(m.layers);
+      const std::size_t bytes = step_bytes(r.type, m, r.ctx);
+      const double us = r.t.median_us / L, gbps = static_cast<double>(bytes) / (us * 1e3);
+      const double speedup =
+          f16_us > 0 ? f16_us / r.t.median_us : std::numeric_limits<double>::quiet_NaN();
+      const std::string name = fmt::format("{} {} {} vulkan", m.name, kv_type_name(r.type), r.ctx);
+      if (!opts.selected(name)) continue;
+      bench::note("[attention] {}: {:.1f} us/layer, {:.2f} GB/s, {:.2f}x f16", name, us, gbps,
+                  speedup);
+      out.row({m.name, kv_type_name(r.type), r.ctx, m.layers, m.heads, m.kv_heads, m.head_dim,
+               bench::null, r.t.reps, us, r.t.p10_us / L, r.t.p90_us / L, r.t.mean_us / L,
+               r.t.stddev_us / L, r.t.min_us / L, bytes, gbps,
+               bw > 0 ? bench::value(bw) : bench::value(),
+               bw > 0 ? bench::value(100 * gbps / bw) : bench::value(), speedup, "device",
+               "vulkan", device_name});
+    }
+  }
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_arg = "all", kv_arg = "f32,f16,int8";
+  std::string model_arg = "all", kv_arg = "f32,f16,int8", backend_arg = "cpu";
+  int device_index = -1;
   std::vector<std::size_t> contexts{512, 2048, 4096, 8192};
   bool lock = true;
   bench::options opts;
@@ -105,6 +227,12 @@ int main(int argc, char** argv) {
                                   std::size_t{1} << 24),
           flag::string({"--kv-types"}, "f32,f16,int8", "KV types", kv_arg),
           flag::boolean({"--no-lock"}, "do not mlock the caches", lock, false),
+          flag::string({"--backend"}, "cpu|vulkan",
+                       "where attention runs: the CPU caches, or a Vulkan device's (int8, f16)",
+                       backend_arg),
+          flag::number<int>({"--device"}, "N",
+                            "Vulkan device index (-1: discrete > integrated > CPU)",
+                            device_index, -1, 1024),
       },
       "One decode step's attention over the KV cache, per KV type and context length.");
   std::vector<KvType> types;
@@ -130,6 +258,14 @@ int main(int argc, char** argv) {
     contexts = {256, 1024};
     for (auto& m : models) m.layers = 4;
   }
+  if (backend_arg != "cpu" && backend_arg != "vulkan") {
+    bench::note("{}: --backend {}: expected cpu or vulkan", argv[0], backend_arg);
+    return 2;
+  }
+  if (device_index >= 0 && backend_arg != "vulkan") {
+    bench::note("{}: --device: applies to --backend vulkan only", argv[0]);
+    return 2;
+  }
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> default_threads{1};
   if (hw > 1) default_threads.push_back(2);
@@ -140,9 +276,18 @@ int main(int argc, char** argv) {
   bench::table out(opts, {"model", "kv_type", "context", "layers", "heads", "kv_heads", "head_dim",
                           "threads", "reps", "median_us", "p10_us", "p90_us", "mean_us",
                           "stddev_us", "min_us", "kv_bytes", "gbps", "membw_gbps", "pct_membw",
-                          "speedup_vs_f16", "cache"});
+                          "speedup_vs_f16", "cache", "backend", "device"});
   out.add_metadata("arch", xsimd::default_arch::name());
   out.add_metadata("time_columns", "us per layer: one decode step's attention (1 query)");
+  if (backend_arg == "vulkan") {
+#if EDGELLM_BENCH_VULKAN
+    return run_vulkan(models, types, contexts, opts, device_index, out);
+#else
+    bench::note("{}: --backend vulkan: {}", argv[0], bench::vulkan::kNotBuilt);
+    return 2;
+#endif
+  }
+  const std::string cpu_name = bench::cpu_model();
 
   std::map<int, double> membw;
   for (int threads : thread_counts) {
@@ -243,7 +388,7 @@ int main(int argc, char** argv) {
                    t.stddev_us / L, t.min_us / L, bytes, gbps,
                    bw > 0 ? bench::value(bw) : bench::value(),
                    bw > 0 ? bench::value(100 * gbps / bw) : bench::value(), speedup,
-                   caches[i].locked ? "mlocked" : "resident"});
+                   caches[i].locked ? "mlocked" : "resident", "cpu", cpu_name});
         }
       }
     }

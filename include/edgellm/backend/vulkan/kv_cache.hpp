@@ -44,7 +44,8 @@ inline const char* kv_format_name(KvFormat f) noexcept {
 ///                     word i is coordinate 4 i + b) or fp16 (2 per word, low half first)
 ///   k scales, v scales [layers][capacity][kv_heads] fp32 (int8 only; a 4-byte placeholder for
 ///                     f16, so that the shaders bind the same buffers)
-/// The cache is written only by KvAppend and read by vk::Attention; the host keeps the length
+/// The cache is written by KvAppend (and import_prefix) and read by vk::Attention (and
+/// export_prefix: cache::PrefixKVCache, for the prompt cache); the host keeps the length
 /// of each layer, so truncate() (rollback) costs nothing on the device: positions past a layer's
 /// length are never read and are overwritten by the next append.
 /// Preconditions: head_dim a multiple of 4 and at most 256 (the attention shader's shared
