@@ -75,8 +75,10 @@ class GemvQ4 {
     op.n_ = static_cast<std::uint32_t>(w.n());
     op.k_ = static_cast<std::uint32_t>(w.k());
     op.group_ = static_cast<std::uint32_t>(w.group_size());
-    // Tiles over a 2D grid when one dimension's workgroup count is not enough.
-    const std::uint32_t tiles = static_cast<std::uint32_t>(w.n_tiles());
+    // Workgroups (kTilesPerWorkgroup tiles each) over a 2D grid when one dimension's
+    // workgroup count is not enough.
+    const auto tiles = static_cast<std::uint32_t>(
+        (w.n_tiles() + kTilesPerWorkgroup - 1) / kTilesPerWorkgroup);
     const std::uint32_t max_x = options.max_groups_x
                                     ? std::min(options.max_groups_x, info.max_workgroup_count[0])
                                     : info.max_workgroup_count[0];
@@ -96,11 +98,11 @@ class GemvQ4 {
     auto y = Buffer::create(dev, std::size_t{op.n_} * 4, "gemv_q4 y", {BufferKind::host_io});
     if (!y) return y.error();
     op.y_ = std::move(*y);
-    // 16 invocations per group in flight (one per row of the tile), up to 256 in all; one
-    // float of shared memory each.
+    // One invocation per group of the workgroup's tiles, up to 64 (more would leave most of
+    // them idle on k of a few thousand); 16 * kTilesPerWorkgroup floats of shared memory each.
     const auto groups = static_cast<std::uint32_t>(w.n_groups());
     const std::uint32_t wg = choose_workgroup_size(
-        info, std::min<std::uint32_t>(256, 16 * std::bit_ceil(groups)), 4);
+        info, std::min<std::uint32_t>(64, std::bit_ceil(groups)), 16 * kTilesPerWorkgroup * 4);
     auto pipe = ComputePipeline::create(dev, "gemv_q4", spirv::kGemvQ4Spv, 3, sizeof(Push), wg);
     if (!pipe) return pipe.error();
     op.pipeline_ = std::move(*pipe);
@@ -158,6 +160,10 @@ class GemvQ4 {
   bool weights_host_visible() const noexcept { return w_.host_visible(); }
   std::uint32_t groups_x() const noexcept { return groups_x_; }  ///< dispatch grid
   std::uint32_t groups_y() const noexcept { return groups_y_; }
+
+  /// 16-row weight tiles per workgroup (TR in gemv_q4.comp): the grid has
+  /// ceil(n_tiles / kTilesPerWorkgroup) workgroups.
+  static constexpr std::uint32_t kTilesPerWorkgroup = 2;
 
  private:
   struct Push {
