@@ -31,14 +31,17 @@ TEST_CASE("the Vulkan int4 GEMV matches the scalar twin", "[vulkan][gemv_q4]") {
       std::size_t group = 128;
     };
     // Odd n (a partial last tile), k = 128 m, m = 1 .. 9 (so k is not a multiple of the
-    // workgroup's stride over code words), extreme and all-zero groups; groups of 64 and 32.
+    // workgroup's stride over code words), extreme and all-zero groups; groups of 64 and 32;
+    // 65 and 70 groups (more than the 64 invocations of a workgroup, so some take two groups).
     const Shape shapes[] = {{1, 128, test::GroupKind::random},
                             {37, 384, test::GroupKind::random},
                             {45, 1152, test::GroupKind::extreme},
                             {17, 640, test::GroupKind::all_zero},
                             {301, 256, test::GroupKind::random},
                             {33, 192, test::GroupKind::random, 64},
-                            {19, 96, test::GroupKind::extreme, 32}};
+                            {19, 96, test::GroupKind::extreme, 32},
+                            {21, 128 * 65, test::GroupKind::random},
+                            {35, 32 * 70, test::GroupKind::extreme, 32}};
     for (const auto& s : shapes) {
       for (const bool staged : {false, true}) {
         INFO("n " << s.n << ", k " << s.k << ", group " << s.group
