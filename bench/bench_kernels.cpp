@@ -35,11 +35,11 @@
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
+#include "vulkan.hpp"
 
 #if EDGELLM_BENCH_VULKAN
 #include "edgellm/backend/vulkan/command_sequence.hpp"
 #include "edgellm/backend/vulkan/gemv_q4.hpp"
-#include "edgellm/backend/vulkan/membw_probe.hpp"
 #endif
 
 namespace bench = edgellm::bench;
@@ -169,9 +169,7 @@ int main(int argc, char** argv) {
   }
 #if !EDGELLM_BENCH_VULKAN
   if (backend_arg != "cpu") {
-    bench::note("{}: --backend {}: this build has no Vulkan backend (configure with "
-                "-DEDGELLM_VULKAN=ON and the Vulkan headers); use --backend cpu",
-                argv[0], backend_arg);
+    bench::note("{}: --backend {}: {}", argv[0], backend_arg, bench::vulkan::kNotBuilt);
     return 2;
   }
 #endif
@@ -396,15 +394,10 @@ int main(int argc, char** argv) {
       bench::note("[vulkan] the int4 GEMV shader is for group 128 (--group {})", group);
       return 2;
     }
-    vk::DeviceOptions dopts;
-    if (device_index >= 0) dopts.device_index = static_cast<std::uint32_t>(device_index);
-    auto dev = vk::Device::create(dopts);
-    if (!dev) {
-      bench::note("[vulkan] {} (run with --backend cpu)", dev.error().message);
-      // 77: skipped (ctest's SKIP_RETURN_CODE) where the host has no Vulkan loader or device.
-      return dev.error().message.find("no Vulkan") != std::string::npos ? 77 : 1;
-    }
-    const vk::DeviceInfo& info = (*dev)->info();
+    int rc = 0;
+    auto dev = bench::vulkan::open_device(device_index, rc);
+    if (!dev) return rc;
+    const vk::DeviceInfo& info = dev->info();
     const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
     std::vector<vk::GemvQ4> ops;
     std::size_t bytes = 0, flops = 0, rows = 0, kmax = 0, nmax = 0;
@@ -416,7 +409,7 @@ int main(int argc, char** argv) {
         auto m = Q4Matrix::allocate(sh.n, sh.k, group);
         if (!m) return bench::note("{}", m.error().message), 1;
         fill_random(*m, l * 16 + ops.size());
-        auto op_q4 = vk::GemvQ4::create(**dev, *m);
+        auto op_q4 = vk::GemvQ4::create(*dev, *m);
         if (!op_q4) return bench::note("[vulkan] {}", op_q4.error().message), 1;
         bytes += m->byte_size();
         flops += 2 * sh.n * sh.k;
@@ -426,8 +419,8 @@ int main(int argc, char** argv) {
         ops.push_back(std::move(*op_q4));
       }
     }
-    auto x = vk::Buffer::create(**dev, kmax * 4, "bench x", {vk::BufferKind::host_io});
-    auto y = vk::Buffer::create(**dev, nmax * 4, "bench y");
+    auto x = vk::Buffer::create(*dev, kmax * 4, "bench x", {vk::BufferKind::host_io});
+    auto y = vk::Buffer::create(*dev, nmax * 4, "bench y");
     if (!x || !y) return bench::note("[vulkan] {}", (!x ? x : y).error().message), 1;
     std::vector<float> xs(kmax);
     std::mt19937 rng(1);
@@ -435,20 +428,13 @@ int main(int argc, char** argv) {
     for (auto& v : xs) v = nd(rng);
     if (auto st = x->write(std::as_bytes(std::span(xs))); !st)
       return bench::note("[vulkan] {}", st.error().message), 1;
-    auto seq = vk::CommandSequence::create(**dev, "bench gemv");
+    auto seq = vk::CommandSequence::create(*dev, "bench gemv");
     if (!seq) return bench::note("[vulkan] {}", seq.error().message), 1;
     for (const auto& o : ops)
       if (auto st = o.record(*seq, *x, *y); !st)
         return bench::note("[vulkan] {}", st.error().message), 1;
     const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
-    const auto probe_gbps = [&]() -> double {
-      auto probe = vk::MembwProbe::create(**dev, std::min<std::size_t>(probe_bytes,
-                                                                      info.max_storage_buffer_range));
-      if (!probe) return bench::note("[vulkan] probe: {}", probe.error().message), 0.0;
-      auto r = probe->run(3);
-      if (!r) return bench::note("[vulkan] probe: {}", r.error().message), 0.0;
-      return r->bytes_per_second / 1e9;
-    };
+    const auto probe_gbps = [&] { return bench::vulkan::probe_gbps(*dev, probe_bytes); };
     const int reps = opts.reps_or(opts.quick ? 3 : 7);
     const double bw_before = probe_gbps();
     const std::size_t submits_before = seq->submits();

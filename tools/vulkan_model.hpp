@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CLI's `--backend vulkan`: a model::Transformer whose ops and KV cache live on a Vulkan
 // device (backend/vulkan/backend.hpp), together with the device it runs on, or a Session on
-// one (vulkan_session.hpp). Only in builds with
+// one (session/vulkan.hpp). Only in builds with
 // the Vulkan backend (EDGELLM_TOOLS_VULKAN); the others say how to get one.
 #pragma once
 
@@ -17,7 +17,7 @@
 
 #if EDGELLM_TOOLS_VULKAN
 #include "edgellm/backend/vulkan/backend.hpp"
-#include "edgellm/vulkan_session.hpp"
+#include "edgellm/session/vulkan.hpp"
 #endif
 
 namespace edgellm::tools {

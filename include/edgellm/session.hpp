@@ -452,7 +452,7 @@ class Session {
   }
 
   /// A Session over models the caller built on another compute backend (a Vulkan device:
-  /// vulkan_session.hpp): `target`, and `draft` when options.draft is set (the draft engine's
+  /// session/vulkan.hpp): `target`, and `draft` when options.draft is set (the draft engine's
   /// weights on the same backend). Both must be empty (position() == 0). The Session keeps a
   /// reference to `owner` (what they run on: the device) and releases it after them; on error
   /// the models stay with the caller. The prompt cache works when the

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/vulkan_session.hpp on the bundled model (lavapipe in CI, validation on): a
+// Tests for edgellm/session/vulkan.hpp on the bundled model (lavapipe in CI, validation on): a
 // Session on the app's Vulkan device generates the tokens a plain decoder over the same device
 // model does; speculative decoding (a draft model, prompt lookup) gives the same greedy tokens
 // as plain decoding; the prompt cache round-trips through a file and refuses a CPU state; a
 // Session that opens its own device; errors that name what the device cannot run; out of device
 // memory and a lost device (through a loader that injects them: fault_loader.c) as errors that
 // leave nothing allocated and a Session that goes on.
-#include "edgellm/vulkan_session.hpp"
+#include "edgellm/session/vulkan.hpp"
 
 #include "backend/vulkan/test_device.hpp"
 #include "edgellm/decode/generate.hpp"
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace test_vulkan_session {
+namespace test_session_vulkan {
 
 namespace {
 
@@ -269,4 +269,4 @@ TEST_CASE("a Vulkan Session reports out of device memory and a lost device, and 
 }
 #endif
 
-}  // namespace test_vulkan_session
+}  // namespace test_session_vulkan
