@@ -38,7 +38,6 @@
 
 #if EDGELLM_BENCH_VULKAN
 #include "edgellm/backend/vulkan/attention.hpp"
-#include "edgellm/backend/vulkan/command_sequence.hpp"
 #include "edgellm/backend/vulkan/kv_cache.hpp"
 #endif
 
@@ -169,17 +168,9 @@ int run_vulkan(const std::vector<ModelShape>& models, const std::vector<KvType>&
         for (std::size_t l = 0; l < m.layers; ++l)
           if (auto st = attention->record(*seq, *cache, *qb, *ob, m.heads, l, ctx - 1, 1); !st)
             return fail(st.error());
-        bool ok = true;
-        const bench::timing timing = bench::measure(
-            [&] {
-              if (auto st = seq->submit(); !st && ok) {
-                bench::note("[vulkan] {}", st.error().message);
-                ok = false;
-              }
-            },
-            reps);
-        if (!ok) return 1;
-        rows.push_back({t, ctx, timing});
+        const auto timing = bench::vulkan::time_submits(*seq, reps);
+        if (!timing) return 1;
+        rows.push_back({t, ctx, *timing});
       }
     }
     const double bw_after = bench::vulkan::probe_gbps(*dev, probe_bytes);

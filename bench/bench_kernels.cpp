@@ -38,7 +38,6 @@
 #include "vulkan.hpp"
 
 #if EDGELLM_BENCH_VULKAN
-#include "edgellm/backend/vulkan/command_sequence.hpp"
 #include "edgellm/backend/vulkan/gemv_q4.hpp"
 #endif
 
@@ -438,16 +437,9 @@ int main(int argc, char** argv) {
     const int reps = opts.reps_or(opts.quick ? 3 : 7);
     const double bw_before = probe_gbps();
     const std::size_t submits_before = seq->submits();
-    bool ok = true;
-    const bench::timing t = bench::measure(
-        [&] {
-          if (auto st = seq->submit(); !st && ok) {
-            bench::note("[vulkan] {}", st.error().message);
-            ok = false;
-          }
-        },
-        reps);
-    if (!ok) return 1;
+    const auto timed = bench::vulkan::time_submits(*seq, reps);
+    if (!timed) return 1;
+    const bench::timing& t = *timed;
     const double passes = static_cast<double>(seq->submits() - submits_before);
     const double bw_after = probe_gbps();
     const double membw = (bw_before + bw_after) / 2;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The benches' --backend vulkan plumbing, shared by edgellm-bench, edgellm-bench-kernels and
 // edgellm-bench-attention: what a build without the backend says, opening the device (exit 77,
-// ctest's skip, where the host has no Vulkan loader or device) and the read-bandwidth probe the
-// device's rows are measured against.
+// ctest's skip, where the host has no Vulkan loader or device), the read-bandwidth probe the
+// device's rows are measured against, and timing a recorded command sequence.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,9 @@
 #include "harness.hpp"
 
 #if EDGELLM_BENCH_VULKAN
+#include <optional>
+
+#include "edgellm/backend/vulkan/command_sequence.hpp"
 #include "edgellm/backend/vulkan/device.hpp"
 #include "edgellm/backend/vulkan/membw_probe.hpp"
 #endif
@@ -48,6 +51,22 @@ inline double probe_gbps(backend::vk::Device& dev, std::size_t bytes, int reps =
   auto r = probe->run(reps);
   if (!r) return note("[vulkan] probe: {}", r.error().message), 0.0;
   return r->bytes_per_second / 1e9;
+}
+
+/// Times `reps` submissions of the recorded `seq` (each waits for the device); null after a
+/// note when a submission fails.
+inline std::optional<timing> time_submits(backend::vk::CommandSequence& seq, int reps) {
+  bool ok = true;
+  const timing t = measure(
+      [&] {
+        if (auto st = seq.submit(); !st && ok) {
+          note("[vulkan] {}", st.error().message);
+          ok = false;
+        }
+      },
+      reps);
+  if (!ok) return std::nullopt;
+  return t;
 }
 #endif
 
