@@ -448,7 +448,8 @@ int main(int argc, char** argv) {
                 "({:.0f} passes), probe {:.2f}/{:.2f} GB/s -> {:.0f}%",
                 set.name, info.name, gbps, seq->dispatches(), passes, bw_before, bw_after,
                 membw > 0 ? 100 * gbps / membw : 0.0);
-    out.row({"gemv", set.name, "exact", "spirv", 1LL, static_cast<long long>(rows),
+    out.row({"gemv", set.name, "exact", std::string("spirv-") + ops.front().variant(), 1LL,
+             static_cast<long long>(rows),
              set.shapes.size() == 1 ? bench::value(kmax) : bench::value(),
              static_cast<long long>(group), bench::null, t.reps, t.median_us, t.p10_us, t.p90_us,
              t.mean_us, t.stddev_us, t.min_us, static_cast<double>(flops) / (t.median_us * 1e3),

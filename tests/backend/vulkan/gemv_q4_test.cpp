@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for edgellm/backend/vulkan/gemv_q4.hpp: y = x W^T on the device against the scalar twin
-// (kernels/reference.hpp) at group 128, odd n, several k, both weight upload paths, with the
-// validation layer on and no message allowed.
+// (kernels/reference.hpp) at group 128, odd n, several k, both weight upload paths, the
+// subgroup and the portable shader builds, with the validation layer on and no message allowed.
 #include "edgellm/backend/vulkan/gemv_q4.hpp"
 
 #include "backend/vulkan/test_device.hpp"
@@ -42,10 +42,14 @@ TEST_CASE("the Vulkan int4 GEMV matches the scalar twin", "[vulkan][gemv_q4]") {
                             {19, 96, test::GroupKind::extreme, 32},
                             {21, 128 * 65, test::GroupKind::random},
                             {35, 32 * 70, test::GroupKind::extreme, 32}};
+    struct Run {
+      bool staged, portable;
+    };
     for (const auto& s : shapes) {
-      for (const bool staged : {false, true}) {
+      for (const auto [staged, portable] : {Run{false, false}, Run{true, false}, Run{false, true}}) {
         INFO("n " << s.n << ", k " << s.k << ", group " << s.group
-                  << (staged ? ", staged upload" : ", direct upload"));
+                  << (staged ? ", staged upload" : ", direct upload")
+                  << (portable ? ", portable build" : ""));
         const auto w = test::random_q4(rng, s.n, s.k, s.group, s.kind);
         std::normal_distribution<float> dist(0.0f, 1.0f);
         std::vector<float> x(s.k), want(s.n), got(s.n, -1.0f);
@@ -57,9 +61,12 @@ TEST_CASE("the Vulkan int4 GEMV matches the scalar twin", "[vulkan][gemv_q4]") {
         // The staged runs also take the 2D grid (devices allow 65535 groups along x; this
         // takes the path that a >1M-row matrix would).
         if (staged) options.max_groups_x = 2;
+        options.portable = portable;
         auto op = vk::GemvQ4::create(*dev, w, options);
         INFO((op ? std::string() : op.error().message));
         REQUIRE(op);
+        CHECK(std::string(op->variant()) ==
+              (dev->info().subgroup_arithmetic && !portable ? "subgroup" : "portable"));
         CHECK(op->weights_host_visible() == (!staged && dev->info().unified_memory()));
         const std::size_t workgroups =
             (w.n_tiles() + vk::GemvQ4::kTilesPerWorkgroup - 1) / vk::GemvQ4::kTilesPerWorkgroup;

@@ -20,6 +20,7 @@
 #include "edgellm/backend/vulkan/device.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/gemv_q4.hpp"
+#include "edgellm/backend/vulkan/spirv/gemv_q4_subgroup.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/result.hpp"
 
@@ -28,6 +29,8 @@ namespace edgellm::backend::vk {
 struct GemvQ4Options {
   BufferOptions weights;          ///< the weight buffer's upload path
   std::uint32_t max_groups_x = 0; ///< workgroups along x before the grid goes 2D (0: the device's)
+  /// The portable shader even where the device offers subgroup arithmetic (tests compare both).
+  bool portable = false;
 };
 
 class GemvQ4 {
@@ -47,6 +50,7 @@ class GemvQ4 {
       group_ = o.group_;
       groups_x_ = o.groups_x_;
       groups_y_ = o.groups_y_;
+      subgroups_ = o.subgroups_;
     }
     return *this;
   }
@@ -103,7 +107,13 @@ class GemvQ4 {
     const auto groups = static_cast<std::uint32_t>(w.n_groups());
     const std::uint32_t wg = choose_workgroup_size(
         info, std::min<std::uint32_t>(64, std::bit_ceil(groups)), 16 * kTilesPerWorkgroup * 4);
-    auto pipe = ComputePipeline::create(dev, "gemv_q4", spirv::kGemvQ4Spv, 3, sizeof(Push), wg);
+    // Subgroup arithmetic where the device has it in compute shaders: the final sum of each
+    // row's partials goes through subgroupAdd (gemv_q4_subgroup.comp); else the portable build.
+    op.subgroups_ = info.subgroup_arithmetic && !options.portable;
+    auto pipe = op.subgroups_
+                    ? ComputePipeline::create(dev, "gemv_q4_subgroup", spirv::kGemvQ4SubgroupSpv,
+                                              3, sizeof(Push), wg)
+                    : ComputePipeline::create(dev, "gemv_q4", spirv::kGemvQ4Spv, 3, sizeof(Push), wg);
     if (!pipe) return pipe.error();
     op.pipeline_ = std::move(*pipe);
     const Buffer* bound[] = {&op.w_, &op.x_, &op.y_};
@@ -159,6 +169,8 @@ class GemvQ4 {
   std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
   bool weights_host_visible() const noexcept { return w_.host_visible(); }
   std::uint32_t groups_x() const noexcept { return groups_x_; }  ///< dispatch grid
+  /// Which shader build runs: "subgroup" (subgroupAdd in the final sum) or "portable".
+  const char* variant() const noexcept { return subgroups_ ? "subgroup" : "portable"; }
   std::uint32_t groups_y() const noexcept { return groups_y_; }
 
   /// 16-row weight tiles per workgroup (TR in gemv_q4.comp): the grid has
@@ -217,6 +229,7 @@ class GemvQ4 {
   ComputePipeline pipeline_;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   std::uint32_t n_ = 0, k_ = 0, group_ = 128, groups_x_ = 1, groups_y_ = 1;
+  bool subgroups_ = false;  // the gemv_q4_subgroup build
 };
 
 }  // namespace edgellm::backend::vk
