@@ -3,9 +3,9 @@
 // Session on the app's Vulkan device generates the tokens a plain decoder over the same device
 // model does; speculative decoding (a draft model, prompt lookup) gives the same greedy tokens
 // as plain decoding; the prompt cache round-trips through a file and refuses a CPU state; a
-// Session that opens its own device; errors that name what the device cannot run; out of device
-// memory and a lost device (through a loader that injects them: fault_loader.c) as errors that
-// leave nothing allocated and a Session that goes on.
+// Session that opens its own device and one on an app's adopted handles; errors that name what
+// the device cannot run; out of device memory and a lost device (through a loader that injects
+// them: fault_loader.c) as errors that leave nothing allocated and a Session that goes on.
 #include "edgellm/session/vulkan.hpp"
 
 #include "backend/vulkan/test_device.hpp"
@@ -174,19 +174,44 @@ TEST_CASE("a Vulkan Session's prompt cache restores the prefix and refuses a CPU
   test::require_no_validation_messages(*log);
 }
 
-TEST_CASE("a Vulkan Session opens its own device and names what it cannot run",
+TEST_CASE("a Vulkan Session on its own device, on an app's adopted handles; what it refuses",
           "[vulkan][vk_session]") {
   auto probe = test::vulkan_test_device();
   if (!probe) return;
   probe.reset();
   const auto engine = load_engine("kjv-target-awq");
   // Its own device (the default rule), closed after the models.
+  Ids own;
   {
     auto s = create_vulkan_session(engine, greedy());
     INFO((s ? std::string() : s.error().message));
     REQUIRE(s);
-    CHECK(generate_ids(*s, kPrompt, 2).size() == 2);
+    own = generate_ids(*s, kPrompt, 4);
+    CHECK(own.size() == 4);
   }
+  // An Android app's way: the app's instance, device and queue adopted by a vk::Device that
+  // destroys none of them (here another Device stands in for the app's own code).
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto app = test::vulkan_test_device();
+    REQUIRE(app);
+    log = app->validation_log();
+    vk::AdoptedHandles h;
+    h.instance = app->instance();
+    h.physical_device = app->physical_device();
+    h.device = app->handle();
+    h.queue = app->queue();
+    h.queue_family = app->info().queue_family;
+    auto adopted = vk::Device::adopt(h);
+    INFO((adopted ? std::string() : adopted.error().message));
+    REQUIRE(adopted);
+    {
+      Session s = make_session(**adopted, engine, greedy());
+      CHECK(generate_ids(s, kPrompt, 4) == own);
+    }
+    adopted->reset();  // before the app's device: the adopter destroys nothing of the app's
+  }
+  test::require_no_validation_messages(*log);
   const auto fails = [&](const std::shared_ptr<const Engine>& e, const SessionOptions& o,
                          const VulkanSessionOptions& vo, const char* text) {
     auto s = create_vulkan_session(e, o, vo);
