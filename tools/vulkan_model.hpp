@@ -76,7 +76,6 @@ inline result<VulkanModel> make_vulkan_model(
     const model::TransformerOptions& options, cache::KvType kv,
     std::optional<std::uint32_t> device_index) {
   namespace vk = backend::vk;
-  const auto fallback = with_cpu_fallback;
   if (kv == cache::KvType::f32) {
     return make_error(errc::unsupported, "--backend vulkan",
                       "--kv-type f32: the device caches hold int8 or f16; choose one of them");
@@ -86,18 +85,18 @@ inline result<VulkanModel> make_vulkan_model(
   vk::DeviceOptions dopts;
   dopts.device_index = device_index;
   auto dev = vk::Device::create(dopts);
-  if (!dev) return fallback(dev.error());
+  if (!dev) return with_cpu_fallback(dev.error());
   const model::ModelConfig& c = weights->config;
   auto cache = vk::KVCache::create(**dev, kv == cache::KvType::int8 ? vk::KvFormat::int8
                                                                      : vk::KvFormat::f16,
                                    c.num_hidden_layers, c.num_key_value_heads, c.head_dim, *ctx);
-  if (!cache) return fallback(cache.error());
+  if (!cache) return with_cpu_fallback(cache.error());
   auto b = vk::Backend::create(**dev, VulkanModel::Model::model_shape(c, options.max_batch));
-  if (!b) return fallback(b.error());
+  if (!b) return with_cpu_fallback(b.error());
   model::TransformerOptions o = options;
   o.context_size = *ctx;
   auto t = VulkanModel::Model::assemble(std::move(weights), o, std::move(*cache), std::move(*b));
-  if (!t) return fallback(t.error());
+  if (!t) return with_cpu_fallback(t.error());
   VulkanModel out;
   out.device = std::move(*dev);
   out.model.emplace(std::move(*t));

@@ -196,12 +196,7 @@ TEST_CASE("a Vulkan Session on its own device, on an app's adopted handles; what
     auto app = test::vulkan_test_device();
     REQUIRE(app);
     log = app->validation_log();
-    vk::AdoptedHandles h;
-    h.instance = app->instance();
-    h.physical_device = app->physical_device();
-    h.device = app->handle();
-    h.queue = app->queue();
-    h.queue_family = app->info().queue_family;
+    const vk::AdoptedHandles h = test::handles_of(*app);
     auto adopted = vk::Device::adopt(h);
     INFO((adopted ? std::string() : adopted.error().message));
     REQUIRE(adopted);

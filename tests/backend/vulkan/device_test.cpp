@@ -86,12 +86,7 @@ TEST_CASE("a device adopts an application's handles and destroys none of them",
     auto app = test::vulkan_test_device();  // stands in for the application's own device
     if (!app) return;
     log = app->validation_log();
-    vk::AdoptedHandles h;
-    h.instance = app->instance();
-    h.physical_device = app->physical_device();
-    h.device = app->handle();
-    h.queue = app->queue();
-    h.queue_family = app->info().queue_family;
+    const vk::AdoptedHandles h = test::handles_of(*app);
     {
       auto adopted = vk::Device::adopt(h);
       REQUIRE(adopted);

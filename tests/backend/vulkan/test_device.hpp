@@ -38,6 +38,18 @@ inline std::unique_ptr<backend::vk::Device> vulkan_test_device() {
   return std::move(*dev);
 }
 
+/// The handles of `app` as an application hands them to vk::Device::adopt (no optional feature
+/// declared enabled).
+inline backend::vk::AdoptedHandles handles_of(const backend::vk::Device& app) {
+  backend::vk::AdoptedHandles h;
+  h.instance = app.instance();
+  h.physical_device = app.physical_device();
+  h.device = app.handle();
+  h.queue = app.queue();
+  h.queue_family = app.info().queue_family;
+  return h;
+}
+
 /// Fails the test on any recorded validation message (call after the device is destroyed, so
 /// that leaks reported at teardown count).
 inline void require_no_validation_messages(const backend::vk::ValidationLog& log) {
