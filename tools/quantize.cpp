@@ -55,6 +55,10 @@ constexpr const char* kUsage =
     "  --loss-tokens N      tokens the block losses of the scale search use, whole blocks\n"
     "                       (default 4096; 0 = all, AutoAWQ's choice, slower)\n"
     "  --no-clip            skip the clip search\n"
+    "  --rounding nearest|compensated\n"
+    "                       awq's codes on each group's grid: to nearest (AutoAWQ's), or\n"
+    "                       error-compensated against the calibration inputs (GPTQ's update\n"
+    "                       within each group; same format). Default nearest\n"
     "  --fake-quant         write dequantised fp16 weights instead of the gemm layout\n"
     "  --force              replace OUT if it exists\n"
     "  -t, --threads N      threads (default 1; at most 4 x the hardware threads, and 256)\n"
@@ -149,6 +153,12 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       if (!number(a.q.loss_tokens)) return false;
     } else if (arg == "--no-clip") {
       a.q.clip = false;
+    } else if (arg == "--rounding") {
+      if (!value(v)) return fail(flag + ": missing nearest|compensated");
+      if (v != "nearest" && v != "compensated")
+        return fail(flag + ": '" + v + "' is not nearest or compensated");
+      a.q.rounding = v == "nearest" ? edgellm::quant::Rounding::nearest
+                                    : edgellm::quant::Rounding::compensated;
     } else if (arg == "--fake-quant") {
       a.o.fake_quant = true;
     } else if (arg == "--force") {

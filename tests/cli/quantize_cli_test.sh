@@ -23,6 +23,12 @@ grep -q '"quant_method":"awq"' "$tmp/awq/config.json" && ok "quantization_config
 [ -f "$tmp/awq/tokenizer.json" ] && ok "tokenizer copied" || fail "tokenizer copied"
 expect "awq output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/awq" --text "$text" \
   --max-tokens 128 --ctx 64 --quiet --format json
+expect "awq --rounding compensated" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/comp" --rounding compensated "${small[@]}"
+cmp -s "$tmp/awq/model.safetensors" "$tmp/comp/model.safetensors" &&
+  fail "compensated codes differ from nearest" || ok "compensated codes differ from nearest"
+expect "compensated output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/comp" --text "$text" \
+  --max-tokens 128 --ctx 64 --quiet --format json
 expect "rtn --fake-quant --bits 3" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" \
   --out "$tmp/rtn3" --method rtn --bits 3 --fake-quant "${small[@]}"
 expect "fake-quant output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/rtn3" --text "$text" \
@@ -39,6 +45,8 @@ expect "mixed output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/mix" --text "$te
 expect "missing --calib" 2 'calib FILE is required' -- "$bin" -m "$fp16" --out "$tmp/x"
 expect "bad --method" 2 "--method: 'gptq'" -- "$bin" -m "$fp16" --calib "$calib" --out "$tmp/x" \
   --method gptq
+expect "bad --rounding" 2 "--rounding: 'up'" -- "$bin" -m "$fp16" --calib "$calib" \
+  --out "$tmp/x" --rounding up
 expect "--bits 3 without --fake-quant" 2 'fake-quant' -- "$bin" -m "$fp16" --calib "$calib" \
   --out "$tmp/x" --bits 3
 expect "--modules-bits not P=B" 2 "'mlp' is not PATTERN=BITS" -- "$bin" -m "$fp16" --calib "$calib" \

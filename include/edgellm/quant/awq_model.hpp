@@ -20,6 +20,7 @@
 #include "edgellm/model/config.hpp"
 #include "edgellm/model/config_json.hpp"
 #include "edgellm/quant/awq_search.hpp"
+#include "edgellm/quant/compensated_rounding.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -44,6 +45,11 @@ namespace edgellm::quant {
 /// original weights (no search, no clip), the baseline.
 enum class QuantMethod { awq, rtn };
 
+/// How awq chooses the codes on each group's grid: nearest (AutoAWQ's), or compensated
+/// (quant/compensated_rounding.hpp: each rounding error spread over the group's later inputs,
+/// against the layer's calibration inputs). rtn always rounds to nearest.
+enum class Rounding { nearest, compensated };
+
 /// A bit width for the linears whose layer-relative name (e.g. "mlp.down_proj") contains
 /// `pattern`: 2..8, or 16 (QuantSpec::kKeepBits: kept in fp16).
 struct ModuleBits {
@@ -66,6 +72,8 @@ struct QuantizeOptions {
   /// x_mean always uses every calibration token.
   std::size_t loss_tokens = 4096;
   bool clip = true;  ///< AutoAWQ's clip search (awq only)
+  Rounding rounding = Rounding::nearest;  ///< awq only
+  CompensationOptions compensation;
   ScaleSearchOptions scale_search;
   ClipSearchOptions clip_search;
   std::string calib_name = "the calibration text";  ///< names the tokens in error messages
@@ -165,6 +173,11 @@ struct LayerF32 {
 inline constexpr const char* kLinearNames[7] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+/// Which captured input each linear (kLinearNames' order) reads: 0 the input norm's output (q, k,
+/// v), 1 the attention output (o), 2 the post-attention norm's output (gate, up), 3 SiLU(gate) *
+/// up (down).
+inline constexpr int kInputOf[7] = {0, 0, 0, 1, 2, 2, 3};
 
 /// The grid of each of a layer's seven linears (kLinearNames' order): opt.spec, or the bits of
 /// the first modules_bits entry the name contains; 8 bits symmetric.
@@ -403,8 +416,13 @@ struct Capture {
     return m;
   }
   /// The clip tokens' inputs divided by s (the scaled problem the clip search sees).
-  std::vector<float> clip_scaled(std::span<const float> s) const {
-    std::vector<float> out = clip;
+  std::vector<float> clip_scaled(std::span<const float> s) const { return scaled(clip, s); }
+  /// The loss tokens' inputs divided by s (what compensated rounding weighs errors with).
+  std::vector<float> loss_scaled(std::span<const float> s) const { return scaled(loss, s); }
+
+ private:
+  std::vector<float> scaled(const std::vector<float>& x, std::span<const float> s) const {
+    std::vector<float> out = x;
     for (std::size_t i = 0; i < out.size(); ++i) out[i] /= s[i % k];
     return out;
   }
@@ -533,6 +551,9 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       cap[i].k = cap_k[i];
       cap[i].abs_sum.assign(cap_k[i], 0.0);
     }
+    // Inputs of each group of linears divided by its folded scales (compensated rounding).
+    std::vector<float> comp_x[4];
+    const bool compensate = awq && opt.rounding == Rounding::compensated;
     // The forward pass, one sample block at a time, with the original weights.
     {
       std::vector<float> xn(L * h), a(L * c.q_dim()), o(L * h), g(L * c.intermediate_size),
@@ -641,6 +662,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
           apply_clip(W.w[i], W.n[i], W.k[i], opt.spec.group, *mv);
         }
       }
+      if (compensate)
+        for (int i = 0; i < 4; ++i) comp_x[i] = cap[i].loss_scaled(s[i]);
     }
 
     // Quantise.
@@ -669,8 +692,22 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       } else if (ql.spec.bits == 4) {
         auto q = kernels::quantize_rtn(W.w[i], W.n[i], W.k[i], opt.spec.group);
         if (!q) return named(q.error());
+        if (compensate) {
+          const auto& xi = comp_x[detail::kInputOf[i]];
+          if (auto st = compensate_codes(*q, W.w[i], xi, xi.size() / W.k[i], opt.compensation,
+                                         pool);
+              !st)
+            return named(st.error());
+        }
         ql.weight = kernels::dequantize(*q);
         ql.q4 = std::move(*q);
+      } else if (compensate && !ql.spec.kept() && !ql.spec.symmetric) {
+        const auto& xi = comp_x[detail::kInputOf[i]];
+        if (auto st = compensate_fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec, xi,
+                                               xi.size() / W.k[i], opt.compensation, pool);
+            !st)
+          return named(st.error());
+        ql.weight = std::move(W.w[i]);
       } else {
         if (auto st = fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec); !st)
           return named(st.error());

@@ -332,6 +332,29 @@ class LinearOutputLoss {
   std::vector<float> ref_, out_;  // [m][n]
 };
 
+/// The Gram matrices of X [m][k]'s input groups over the rows `tokens`: [k / G][G][G],
+/// H_g = sum_t x_t[g] x_t[g]^T (x_t[g] the G inputs of group g). Groups split over pool; each
+/// sums its tokens in order, so the result does not depend on the thread count.
+inline std::vector<float> group_grams(std::span<const float> x, std::size_t k, std::size_t G,
+                                      std::span<const std::size_t> tokens, ThreadPool* pool) {
+  const std::size_t ng = k / G;
+  std::vector<float> gram(ng * G * G, 0.0f);
+  parallel_for_balanced(pool, ng, 1, [&](std::size_t g0, std::size_t g1) {
+    for (std::size_t g = g0; g < g1; ++g) {
+      float* H = gram.data() + g * G * G;
+      for (std::size_t t : tokens) {
+        const float* xg = x.data() + t * k + g * G;
+        for (std::size_t i = 0; i < G; ++i) {
+          const float xi = xg[i];
+          float* Hi = H + i * G;
+          for (std::size_t j = 0; j < G; ++j) Hi[j] += xi * xg[j];
+        }
+      }
+    }
+  });
+  return gram;
+}
+
 /// Options of search_clip.
 struct ClipSearchOptions {
   std::size_t n_grid = 20;          ///< shrink steps of 1/n_grid
@@ -363,22 +386,9 @@ inline result<std::vector<float>> search_clip(std::span<const float> w, std::siz
   const auto steps = static_cast<std::size_t>(options.max_shrink * double(options.n_grid));
   std::vector<float> best(n * ng);
   // The error of a candidate d = W'_g - W_g over the tokens is sum_t (x_t . d)^2 = d^T H_g d with
-  // H_g = sum_t x_t x_t^T, the group's [G][G] Gram matrix: computed once per group for all rows,
-  // then each (row, group, shrink step) costs G^2 multiply-adds instead of T x G.
-  std::vector<float> gram(ng * G * G, 0.0f);
-  parallel_for_balanced(pool, ng, 1, [&](std::size_t g0, std::size_t g1) {
-    for (std::size_t g = g0; g < g1; ++g) {
-      float* H = gram.data() + g * G * G;
-      for (std::size_t t : tokens) {
-        const float* xg = x.data() + t * k + g * G;
-        for (std::size_t i = 0; i < G; ++i) {
-          const float xi = xg[i];
-          float* Hi = H + i * G;
-          for (std::size_t j = 0; j < G; ++j) Hi[j] += xi * xg[j];
-        }
-      }
-    }
-  });
+  // H_g the group's Gram matrix: computed once per group for all rows, then each (row, group,
+  // shrink step) costs G^2 multiply-adds instead of T x G.
+  const std::vector<float> gram = group_grams(x, k, G, tokens, pool);
   parallel_for_balanced(pool, n, 4, [&](std::size_t r0, std::size_t r1) {
     std::vector<float> clamped(G), d(G), hd(G);
     for (std::size_t r = r0; r < r1; ++r) {
