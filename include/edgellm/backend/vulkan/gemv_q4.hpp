@@ -4,6 +4,15 @@
 // run() is one GEMV on the op's own x and y (its own command buffer, recorded once: write x,
 // submit, wait, read y); record() adds the same dispatch over the caller's buffers to a
 // CommandSequence, for a chain of ops in one submission.
+//
+// Activations: fp32 (the CPU exact path's math, kernels::reference::gemv_q4) or int8 (W4A8, the
+// CPU fast path's math, kernels::reference::gemm_q4_fast): x is first quantised per group of
+// G inputs by quantize_q8.comp (bit for bit reference::quantize_activations_q8) into a scratch
+// buffer the op owns (one row: k int8 + an fp32 scale and an int32 sum per group), then the
+// GEMV sums exact int32 group dots. Where the device reports shaderIntegerDotProduct the dots
+// are packed 4x8-bit dot products (gemv_q4_int8_dot.comp), elsewhere plain int multiply-adds
+// (gemv_q4_int8.comp), so W4A8 runs on every device; GemvActivations::int8_dot asks for the
+// dot build only and is refused where the feature is missing.
 #pragma once
 
 #include <algorithm>
@@ -20,17 +29,29 @@
 #include "edgellm/backend/vulkan/device.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/gemv_q4.hpp"
+#include "edgellm/backend/vulkan/spirv/gemv_q4_int8.hpp"
+#include "edgellm/backend/vulkan/spirv/gemv_q4_int8_dot.hpp"
 #include "edgellm/backend/vulkan/spirv/gemv_q4_subgroup.hpp"
+#include "edgellm/backend/vulkan/spirv/quantize_q8.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/result.hpp"
 
 namespace edgellm::backend::vk {
 
+/// What the GEMV multiplies the int4 codes with.
+enum class GemvActivations {
+  fp32,      ///< x as given (the CPU exact path)
+  int8,      ///< W4A8: x quantised per group; integer dot products where the device has them
+  int8_dot,  ///< W4A8 with integer dot products only: refused where shaderIntegerDotProduct is missing
+};
+
 struct GemvQ4Options {
   BufferOptions weights;          ///< the weight buffer's upload path
   std::uint32_t max_groups_x = 0; ///< workgroups along x before the grid goes 2D (0: the device's)
-  /// The portable shader even where the device offers subgroup arithmetic (tests compare both).
+  /// The portable shader even where the device offers subgroup arithmetic (fp32) or integer
+  /// dot products (int8: the plain int multiply-add build) (tests compare both).
   bool portable = false;
+  GemvActivations activations = GemvActivations::fp32;
 };
 
 class GemvQ4 {
@@ -44,6 +65,8 @@ class GemvQ4 {
       x_ = std::move(o.x_);
       y_ = std::move(o.y_);
       pipeline_ = std::move(o.pipeline_);
+      quantize_ = std::move(o.quantize_);
+      a_ = std::move(o.a_);
       cmd_ = std::exchange(o.cmd_, VK_NULL_HANDLE);
       n_ = o.n_;
       k_ = o.k_;
@@ -51,6 +74,8 @@ class GemvQ4 {
       groups_x_ = o.groups_x_;
       groups_y_ = o.groups_y_;
       subgroups_ = o.subgroups_;
+      int8_ = o.int8_;
+      dot_ = o.dot_;
     }
     return *this;
   }
@@ -58,11 +83,30 @@ class GemvQ4 {
   GemvQ4& operator=(const GemvQ4&) = delete;
   ~GemvQ4() { free_commands(); }
 
+  /// Whether a device with `info` can run the options' activations: errc::unsupported naming
+  /// shaderIntegerDotProduct for GemvActivations::int8_dot (with `portable` set too, or on a
+  /// device without the feature). create() decides by this.
+  static status supports(const DeviceInfo& info, const GemvQ4Options& options) {
+    if (options.activations != GemvActivations::int8_dot) return {};
+    if (options.portable)
+      return make_error(errc::unsupported, "vulkan gemv_q4",
+                        "options: int8_dot activations with portable set (the portable W4A8 "
+                        "build is activations = int8)");
+    if (!info.integer_dot_product)
+      return make_error(errc::unsupported, "vulkan gemv_q4",
+                        "int8_dot activations: the device '" + info.name +
+                            "' lacks shaderIntegerDotProduct (Vulkan 1.3 or "
+                            "VK_KHR_shader_integer_dot_product); activations = int8 runs the "
+                            "same math with plain int multiply-adds");
+    return {};
+  }
+
   /// Uploads `w` (group size 32, 64 or 128) to device memory and records the dispatch. The
   /// Device must outlive the op.
   static result<GemvQ4> create(Device& dev, const kernels::Q4Matrix& w,
                                const GemvQ4Options& options = {}) {
     constexpr std::string_view where = "vulkan gemv_q4";
+    if (auto st = supports(dev.info(), options); !st) return st.error();
     if (w.empty() || !kernels::is_supported_group_size(w.group_size())) {
       return make_error(errc::unsupported, where,
                         "w: group size " + std::to_string(w.group_size()) +
@@ -107,17 +151,50 @@ class GemvQ4 {
     const auto groups = static_cast<std::uint32_t>(w.n_groups());
     const std::uint32_t wg = choose_workgroup_size(
         info, std::min<std::uint32_t>(64, std::bit_ceil(groups)), 16 * kTilesPerWorkgroup * 4);
-    // Subgroup arithmetic where the device has it in compute shaders: the final sum of each
-    // row's partials goes through subgroupAdd (gemv_q4_subgroup.comp); else the portable build.
-    op.subgroups_ = info.subgroup_arithmetic && !options.portable;
-    auto pipe = op.subgroups_
-                    ? ComputePipeline::create(dev, "gemv_q4_subgroup", spirv::kGemvQ4SubgroupSpv,
-                                              3, sizeof(Push), wg)
-                    : ComputePipeline::create(dev, "gemv_q4", spirv::kGemvQ4Spv, 3, sizeof(Push), wg);
-    if (!pipe) return pipe.error();
-    op.pipeline_ = std::move(*pipe);
-    const Buffer* bound[] = {&op.w_, &op.x_, &op.y_};
-    if (auto st = op.pipeline_.bind(bound); !st) return st.error();
+    op.int8_ = options.activations != GemvActivations::fp32;
+    if (op.int8_) {
+      // One quantize workgroup per group of x, G / 4 invocations (one output word each).
+      if (groups > info.max_workgroup_count[0]) {
+        return make_error(errc::unsupported, where,
+                          "k: " + std::to_string(groups) + " groups of int8 activations exceed "
+                          "the device's maxComputeWorkGroupCount[0]");
+      }
+      // Integer dot products where the device has them, unless the portable build is asked for.
+      op.dot_ = info.integer_dot_product && !options.portable;
+      auto pipe = op.dot_ ? ComputePipeline::create(dev, "gemv_q4_int8_dot",
+                                                    spirv::kGemvQ4Int8DotSpv, 3,
+                                                    sizeof(Int8Push), wg)
+                          : ComputePipeline::create(dev, "gemv_q4_int8", spirv::kGemvQ4Int8Spv, 3,
+                                                    sizeof(Int8Push), wg);
+      if (!pipe) return pipe.error();
+      op.pipeline_ = std::move(*pipe);
+      auto quantize = ComputePipeline::create(
+          dev, "quantize_q8", spirv::kQuantizeQ8Spv, 2, sizeof(QuantizePush),
+          choose_workgroup_size(info, op.group_ / 4, 4, std::min<std::uint32_t>(16, op.group_ / 4)));
+      if (!quantize) return quantize.error();
+      op.quantize_ = std::move(*quantize);
+      auto a = Buffer::create(dev, std::size_t{op.k_} + std::size_t{groups} * 8,
+                              "gemv_q4 int8 activations");
+      if (!a) return a.error();
+      op.a_ = std::move(*a);
+      const Buffer* qbound[] = {&op.x_, &op.a_};
+      if (auto st = op.quantize_.bind(qbound); !st) return st.error();
+      const Buffer* bound[] = {&op.w_, &op.a_, &op.y_};
+      if (auto st = op.pipeline_.bind(bound); !st) return st.error();
+    } else {
+      // Subgroup arithmetic where the device has it in compute shaders: the final sum of each
+      // row's partials goes through subgroupAdd (gemv_q4_subgroup.comp); else the portable build.
+      op.subgroups_ = info.subgroup_arithmetic && !options.portable;
+      auto pipe = op.subgroups_
+                      ? ComputePipeline::create(dev, "gemv_q4_subgroup", spirv::kGemvQ4SubgroupSpv,
+                                                3, sizeof(Push), wg)
+                      : ComputePipeline::create(dev, "gemv_q4", spirv::kGemvQ4Spv, 3, sizeof(Push),
+                                                wg);
+      if (!pipe) return pipe.error();
+      op.pipeline_ = std::move(*pipe);
+      const Buffer* bound[] = {&op.w_, &op.x_, &op.y_};
+      if (auto st = op.pipeline_.bind(bound); !st) return st.error();
+    }
     if (auto st = op.record(); !st) return st.error();
     return op;
   }
@@ -137,7 +214,10 @@ class GemvQ4 {
 
   /// Records y = x W^T into `seq` over the caller's device buffers: x row x_row of a [..][k]
   /// fp32 buffer, y row y_row of a [..][n] fp32 buffer (one row of a chunk's activations).
-  /// Errors name the buffer that is too small; nothing is recorded.
+  /// Errors name the buffer that is too small; nothing is recorded. With int8 activations two
+  /// dispatches (quantize into the op's scratch buffer, then the GEMV; the sequence's barrier
+  /// between them), so a sequence may record the op several times but not run two of its
+  /// recordings concurrently.
   status record(CommandSequence& seq, const Buffer& x, const Buffer& y, std::size_t x_row = 0,
                 std::size_t y_row = 0) const {
     constexpr std::string_view where = "vulkan gemv_q4";
@@ -154,6 +234,15 @@ class GemvQ4 {
                                 info);
         !st)
       return st;
+    if (int8_) {
+      const Buffer* qbound[] = {&x, &a_};
+      const QuantizePush qpush{k_ / group_, group_, static_cast<std::uint32_t>(x_row * k_)};
+      if (auto st = seq.dispatch(quantize_, qbound, &qpush, k_ / group_); !st) return st;
+      const Buffer* bound[] = {&w_, &a_, &y};
+      const Int8Push push{n_, k_ / group_, group_ / 8, groups_x_,
+                          static_cast<std::uint32_t>(y_row * n_)};
+      return seq.dispatch(pipeline_, bound, &push, groups_x_, groups_y_);
+    }
     const Buffer* bound[] = {&w_, &x, &y};
     const Push push{n_, k_ / group_, group_ / 8, groups_x_,
                     static_cast<std::uint32_t>(x_row * k_ / 4), static_cast<std::uint32_t>(y_row * n_)};
@@ -169,8 +258,16 @@ class GemvQ4 {
   std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
   bool weights_host_visible() const noexcept { return w_.host_visible(); }
   std::uint32_t groups_x() const noexcept { return groups_x_; }  ///< dispatch grid
-  /// Which shader build runs: "subgroup" (subgroupAdd in the final sum) or "portable".
-  const char* variant() const noexcept { return subgroups_ ? "subgroup" : "portable"; }
+  /// Which shader build runs: fp32 activations "subgroup" (subgroupAdd in the final sum) or
+  /// "portable"; int8 activations "int8-dot" (packed integer dot products) or "int8-portable".
+  const char* variant() const noexcept {
+    if (int8_) return dot_ ? "int8-dot" : "int8-portable";
+    return subgroups_ ? "subgroup" : "portable";
+  }
+  /// int8 activations: the scratch buffer of the last quantised row (quantize_q8.comp's layout:
+  /// [k] int8 codes in input order, then [k / G] fp32 scales, then [k / G] int32 sums).
+  /// Empty for fp32 activations.
+  const Buffer& quantized_activations() const noexcept { return a_; }
   std::uint32_t groups_y() const noexcept { return groups_y_; }
 
   /// 16-row weight tiles per workgroup (TR in gemv_q4.comp): the grid has
@@ -180,6 +277,12 @@ class GemvQ4 {
  private:
   struct Push {
     std::uint32_t n, n_groups, blocks, tiles_x, x_offset, y_offset;  // see gemv_q4.comp
+  };
+  struct Int8Push {
+    std::uint32_t n, n_groups, blocks, tiles_x, y_offset;  // see gemv_q4_int8.glsl
+  };
+  struct QuantizePush {
+    std::uint32_t n_groups, group, x_offset;  // see quantize_q8.comp
   };
 
   GemvQ4() = default;
@@ -211,8 +314,23 @@ class GemvQ4 {
     in.dstAccessMask = VK_ACCESS_SHADER_READ_BIT;
     f.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &in, 0, nullptr, 0, nullptr);
-    const Push push{n_, k_ / group_, group_ / 8, groups_x_, 0, 0};
-    pipeline_.record(cmd_, &push, groups_x_, groups_y_);
+    if (int8_) {
+      const QuantizePush qpush{k_ / group_, group_, 0};
+      quantize_.record(cmd_, &qpush, k_ / group_);
+      // The quantised row before the GEMV reads it.
+      VkMemoryBarrier mid{};
+      mid.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+      mid.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+      mid.dstAccessMask = VK_ACCESS_SHADER_READ_BIT;
+      f.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mid, 0, nullptr, 0,
+                             nullptr);
+      const Int8Push push{n_, k_ / group_, group_ / 8, groups_x_, 0};
+      pipeline_.record(cmd_, &push, groups_x_, groups_y_);
+    } else {
+      const Push push{n_, k_ / group_, group_ / 8, groups_x_, 0, 0};
+      pipeline_.record(cmd_, &push, groups_x_, groups_y_);
+    }
     VkMemoryBarrier out{};
     out.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
     out.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
@@ -226,10 +344,14 @@ class GemvQ4 {
 
   Device* dev_ = nullptr;
   Buffer w_, x_, y_;  // [n_tiles * n_groups] packed tiles, x [k] fp32, y [n] fp32
+  Buffer a_;          // int8 activations: [k] int8, [k / G] fp32 scales, [k / G] int32 sums
   ComputePipeline pipeline_;
+  ComputePipeline quantize_;  // int8 activations: x -> a_
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   std::uint32_t n_ = 0, k_ = 0, group_ = 128, groups_x_ = 1, groups_y_ = 1;
   bool subgroups_ = false;  // the gemv_q4_subgroup build
+  bool int8_ = false;       // int8 activations (quantize_ then a gemv_q4_int8* build)
+  bool dot_ = false;        // the gemv_q4_int8_dot build
 };
 
 }  // namespace edgellm::backend::vk
