@@ -20,6 +20,10 @@
 // as one submission (host wall time, submit to fence); membw_gbps is the Vulkan bandwidth probe
 // (backend/vulkan/membw_probe.hpp, best of its repetitions) on the same device in the same run.
 // Rows carry `backend` (cpu or vulkan) and `device` (the CPU model, or the driver's device name).
+// Vulkan rows per shader build (isa column): path exact, fp32 activations (spirv-subgroup or
+// spirv-portable); path fast, int8 activations (W4A8: a quantise dispatch before each matrix's
+// GEMV), spirv-int8-dot where the device has shaderIntegerDotProduct and spirv-int8-portable
+// on every device. Each build uploads the working set again and has its own pair of probes.
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
@@ -387,17 +391,11 @@ int main(int argc, char** argv) {
   };
 #if EDGELLM_BENCH_VULKAN
   // ---- GEMV on a Vulkan device: the int4 working set, one submission per pass ---------------
-  const auto run_gemv_vulkan = [&]() -> int {
+  // One shader build over the working set: upload, record one pass, time it, one row.
+  const auto run_gemv_vulkan_build = [&](edgellm::backend::vk::Device& dev, const WorkingSet& set,
+                                         const edgellm::backend::vk::GemvQ4Options& build) -> int {
     namespace vk = edgellm::backend::vk;
-    if (group != 128) {
-      bench::note("[vulkan] the int4 GEMV shader is for group 128 (--group {})", group);
-      return 2;
-    }
-    int rc = 0;
-    auto dev = bench::vulkan::open_device(device_index, rc);
-    if (!dev) return rc;
-    const vk::DeviceInfo& info = dev->info();
-    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
+    const vk::DeviceInfo& info = dev.info();
     std::vector<vk::GemvQ4> ops;
     std::size_t bytes = 0, flops = 0, rows = 0, kmax = 0, nmax = 0;
     bench::note("[vulkan] {}: uploading {} int4 matrices...", info.name,
@@ -408,7 +406,7 @@ int main(int argc, char** argv) {
         auto m = Q4Matrix::allocate(sh.n, sh.k, group);
         if (!m) return bench::note("{}", m.error().message), 1;
         fill_random(*m, l * 16 + ops.size());
-        auto op_q4 = vk::GemvQ4::create(*dev, *m);
+        auto op_q4 = vk::GemvQ4::create(dev, *m, build);
         if (!op_q4) return bench::note("[vulkan] {}", op_q4.error().message), 1;
         bytes += m->byte_size();
         flops += 2 * sh.n * sh.k;
@@ -418,8 +416,8 @@ int main(int argc, char** argv) {
         ops.push_back(std::move(*op_q4));
       }
     }
-    auto x = vk::Buffer::create(*dev, kmax * 4, "bench x", {vk::BufferKind::host_io});
-    auto y = vk::Buffer::create(*dev, nmax * 4, "bench y");
+    auto x = vk::Buffer::create(dev, kmax * 4, "bench x", {vk::BufferKind::host_io});
+    auto y = vk::Buffer::create(dev, nmax * 4, "bench y");
     if (!x || !y) return bench::note("[vulkan] {}", (!x ? x : y).error().message), 1;
     std::vector<float> xs(kmax);
     std::mt19937 rng(1);
@@ -427,13 +425,13 @@ int main(int argc, char** argv) {
     for (auto& v : xs) v = nd(rng);
     if (auto st = x->write(std::as_bytes(std::span(xs))); !st)
       return bench::note("[vulkan] {}", st.error().message), 1;
-    auto seq = vk::CommandSequence::create(*dev, "bench gemv");
+    auto seq = vk::CommandSequence::create(dev, "bench gemv");
     if (!seq) return bench::note("[vulkan] {}", seq.error().message), 1;
     for (const auto& o : ops)
       if (auto st = o.record(*seq, *x, *y); !st)
         return bench::note("[vulkan] {}", st.error().message), 1;
     const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
-    const auto probe_gbps = [&] { return bench::vulkan::probe_gbps(*dev, probe_bytes); };
+    const auto probe_gbps = [&] { return bench::vulkan::probe_gbps(dev, probe_bytes); };
     const int reps = opts.reps_or(opts.quick ? 3 : 7);
     const double bw_before = probe_gbps();
     const std::size_t submits_before = seq->submits();
@@ -448,7 +446,8 @@ int main(int argc, char** argv) {
                 "({:.0f} passes), probe {:.2f}/{:.2f} GB/s -> {:.0f}%",
                 set.name, info.name, gbps, seq->dispatches(), passes, bw_before, bw_after,
                 membw > 0 ? 100 * gbps / membw : 0.0);
-    out.row({"gemv", set.name, "exact", std::string("spirv-") + ops.front().variant(), 1LL,
+    const bool int8 = build.activations != vk::GemvActivations::fp32;
+    out.row({"gemv", set.name, int8 ? "fast" : "exact", std::string("spirv-") + ops.front().variant(), 1LL,
              static_cast<long long>(rows),
              set.shapes.size() == 1 ? bench::value(kmax) : bench::value(),
              static_cast<long long>(group), bench::null, t.reps, t.median_us, t.p10_us, t.p90_us,
@@ -457,6 +456,36 @@ int main(int argc, char** argv) {
              membw > 0 ? bench::value(100 * gbps / membw) : bench::value(),
              info.unified_memory() ? "device-local, host-visible" : "device-local", bench::null,
              "vulkan", info.name});
+    return 0;
+  };
+  const auto run_gemv_vulkan = [&]() -> int {
+    namespace vk = edgellm::backend::vk;
+    if (group != 128) {
+      bench::note("[vulkan] the int4 GEMV shader is for group 128 (--group {})", group);
+      return 2;
+    }
+    int rc = 0;
+    auto dev = bench::vulkan::open_device(device_index, rc);
+    if (!dev) return rc;
+    const vk::DeviceInfo& info = dev->info();
+    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
+    // fp32 activations (the exact path), then int8 (the fast path) with integer dot products
+    // where the device has them and with plain int multiply-adds.
+    std::vector<vk::GemvQ4Options> builds;
+    const auto wants = [&](MatmulPath p) {
+      return std::find(paths.begin(), paths.end(), p) != paths.end();
+    };
+    if (wants(MatmulPath::exact)) builds.emplace_back();
+    if (wants(MatmulPath::fast)) {
+      vk::GemvQ4Options o;
+      o.activations = vk::GemvActivations::int8;
+      if (info.integer_dot_product) builds.push_back(o);
+      o.portable = true;
+      builds.push_back(o);
+    }
+    for (const vk::GemvQ4Options& build : builds)
+      if (const int rc_build = run_gemv_vulkan_build(*dev, set, build); rc_build != 0)
+        return rc_build;
     return 0;
   };
 #endif
