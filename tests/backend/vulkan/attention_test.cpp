@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for edgellm/backend/vulkan/attention.hpp: causal GQA attention on the device over the
-// device KV cache, int8 and f16, GQA ratios 1, 2 and 4, head_dim 64 and 128, at lengths 1, 7,
-// 129 and 300 reached by a prefill chunk of 5 rows, decode rows and longer chunks (of which the
-// last 8 positions attend, in one dispatch), in either of two layers; against the
+// device KV cache, each shader build the device has (portable, subgroup, storage), int8 and f16,
+// GQA ratios 1, 2, 4, 7 (Qwen2-7B), 8 and groups split over workgroups (12, 16), head_dim 64, 96
+// and 128, at lengths 1, 7, 63, 64, 65, 129 and 300 reached by a prefill chunk of 5 rows, decode
+// rows and longer chunks (of which the last 8 positions attend, in one dispatch), in either of
+// two layers; against the
 // double-precision oracle on the stored keys and values (cache::reference::attention_stored
 // over the CPU cache, whose codes the device holds bit for bit: kv_cache_test.cpp) within a
 // bound derived below, and against the CPU cache's own attend(); bad arguments are named.
@@ -31,24 +33,32 @@ constexpr double kU = 0x1p-24;  // fp32 unit roundoff
 struct Config {
   vk::KvFormat format;
   std::size_t heads, kv_heads, head_dim;
-  std::size_t length;  // 129 or 300 (the schedule's prefix up to it)
+  std::size_t length;  // a length the schedule reaches (kChunks' prefix sums)
 };
+
+// Chunks reaching lengths 1, 6, 7, 63, 64, 65, 129, 130, 299 and 300: decode rows, a prefill
+// chunk of 5, longer chunks (block edges of 64 and 256 positions lie inside or at their ends).
+constexpr std::size_t kChunks[] = {1, 5, 1, 56, 1, 1, 64, 1, 169, 1};
 
 // The bound the device result must meet against exact attention over the stored keys and
 // values, for query row i, relative to max |v| of its kv head over positions [0, p]. With
 // E = (head_dim + 2) u scale max_j sum_c |q_c k_jc| (the score error: q * scale, head_dim
-// products and sums, the key scale), S = max_j s_j - min_j s_j, WG the workgroup size and
-// nb = p / WG + 1 blocks:
+// products and sums, the key scale), S = max_j s_j - min_j s_j, WG the workgroup size, P the
+// positions per invocation per block, B = WG P, nb = p / B + 1 blocks and sets = WG / (head_dim
+// / 4) (attention.glsl):
 //   2E                                   score errors reweight the softmax
 //   2 ((3 + 3S)(nb + 1) + nb + 2) u      each weight: exp (Vulkan: 3 + 2|x| ulp, x in [-S, 0],
 //                                        plus the rounding of x) and up to nb rescalings by
 //                                        exp(m_old - m_new), the value scale; once in the
 //                                        numerator and once in the denominator
-//   (2 WG + 3 nb + 64) u                 the sums (a tree of WG, a running sum over blocks, the
-//                                        sets' partial sums) and the final division
+//   (nb P + WG) u                        the denominator: each invocation's running sum of its
+//                                        own weights (at most P a block), then the sum over the
+//                                        invocations (or subgroups)
+//   (nb ceil(B / sets) + sets + 64) u    the numerator: each set's running sum over its
+//                                        positions, the sets' partial sums; the final division
 // k, v: the stored (dequantised) keys and values of kv head g, [capacity][head_dim] each.
 double tolerance(const double* k, const double* v, std::size_t hd, const float* q, std::size_t p,
-                 std::size_t wg) {
+                 std::size_t wg, std::size_t per) {
   const double scale = cache::attention_scale(hd);
   double e = 0.0, smax = -1e300, smin = 1e300, vmax = 0.0;
   for (std::size_t j = 0; j <= p; ++j) {
@@ -63,20 +73,21 @@ double tolerance(const double* k, const double* v, std::size_t hd, const float* 
     smin = std::min(smin, s * scale);
   }
   e *= static_cast<double>(hd + 2) * kU * scale;
-  const double big_s = smax - smin, nb = static_cast<double>(p / wg + 1);
-  return (2.0 * e + (2.0 * ((3.0 + 3.0 * big_s) * (nb + 1.0) + nb + 2.0) +
-                     2.0 * static_cast<double>(wg) + 3.0 * nb + 64.0) *
-                        kU) *
-         vmax;
+  const std::size_t block = wg * per, sets = wg / (hd / 4);
+  const double big_s = smax - smin, nb = static_cast<double>(p / block + 1);
+  const double sums = nb * static_cast<double>(per) + static_cast<double>(wg) +
+                      nb * static_cast<double>((block + sets - 1) / sets) +
+                      static_cast<double>(sets) + 64.0;
+  return (2.0 * e + (2.0 * ((3.0 + 3.0 * big_s) * (nb + 1.0) + nb + 2.0) + sums) * kU) * vmax;
 }
 
 template <class Cache>
-void check_attention(vk::Device& dev, const Config& cfg, std::uint64_t salt) {
+void check_attention(vk::Device& dev, const Config& cfg, vk::AttentionBuild build,
+                     std::uint64_t salt) {
   auto rng = test::make_rng(salt);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  // Chunks reaching lengths 1, 7, 129 and 300: decode rows, a prefill chunk of 5, longer chunks.
-  const std::size_t chunks[] = {1, 5, 1, 122, 1, 169, 1};
   test::KvShape s;
+  s.attention.build = build;
   s.format = cfg.format;
   s.layers = 2;
   s.heads = cfg.heads;
@@ -88,13 +99,15 @@ void check_attention(vk::Device& dev, const Config& cfg, std::uint64_t salt) {
   auto cpu = test::cpu_cache<Cache>(s);
   const std::size_t layer = salt % 2, kv_len = s.kv_heads * s.head_dim,
                     q_len = s.heads * s.head_dim;
-  const std::size_t wg = d->attention.workgroup_size();
+  REQUIRE(d->attention.build() == build);
+  const std::size_t wg = d->attention.workgroup_size(),
+                    per = d->attention.positions_per_invocation();
   const std::size_t group = s.heads / s.kv_heads;
-  std::size_t pos = 0, checked = 0;
+  std::size_t pos = 0, checked = 0, want_checked = 0;
   // [kv_heads][capacity][head_dim]: what the cache holds, as exact doubles
   std::vector<double> stored_k(s.kv_heads * s.capacity * s.head_dim), stored_v(stored_k.size());
   double worst = 0.0;  // largest error / bound seen
-  for (std::size_t rows : chunks) {
+  for (std::size_t rows : kChunks) {
     if (pos == cfg.length) break;
     INFO("rows " << rows << " at position " << pos);
     // The device attends the chunk's last n_q positions (all of a short chunk; a long chunk's
@@ -128,7 +141,7 @@ void check_attention(vk::Device& dev, const Config& cfg, std::uint64_t salt) {
         const float* qh = qi.data() + h * s.head_dim;
         const std::size_t at_g = (h / group) * s.capacity * s.head_dim;
         const double tol =
-            tolerance(stored_k.data() + at_g, stored_v.data() + at_g, s.head_dim, qh, q0 + i, wg);
+            tolerance(stored_k.data() + at_g, stored_v.data() + at_g, s.head_dim, qh, q0 + i, wg, per);
         for (std::size_t c = 0; c < s.head_dim; ++c) {
           const std::size_t at = h * s.head_dim + c;
           const float dev_out = got[i * q_len + at];
@@ -150,9 +163,10 @@ void check_attention(vk::Device& dev, const Config& cfg, std::uint64_t salt) {
       ++checked;
     }
     pos += rows;
+    want_checked += n_q;
   }
   CHECK(pos == cfg.length);
-  CHECK(checked == (cfg.length == 300 ? 1 + 5 + 1 + 8 + 1 + 8 + 1 : 1 + 5 + 1 + 8));
+  CHECK(checked == want_checked);
   UNSCOPED_INFO("largest error / bound: " << worst);
   CHECK(worst < 1.0);
 }
@@ -165,24 +179,49 @@ TEST_CASE("Vulkan attention over the device KV cache matches the oracle", "[vulk
     auto dev = test::vulkan_test_device();
     if (!dev) return;
     log = dev->validation_log();
-    // Each format sees both head_dims and every GQA ratio (heads / kv_heads = 1, 2, 4); one
-    // configuration of each format runs on to 300 positions (under ASan the device's work
-    // dominates the test's time). One device for all: creating one with validation costs more
-    // than a configuration's run.
+    // Each build the device has; each format sees every GQA ratio (heads / kv_heads = 1, 2, 7
+    // as Qwen2-7B, 8 = a full workgroup of heads, 12 and 16 split over two workgroups), head_dim
+    // 64 and 128 (and 96: sets of 24 invocations), lengths across the block edges (under ASan
+    // the device's work dominates the test's time). One device for all: creating one with
+    // validation costs more than a configuration's run.
     const Config configs[] = {
-        {vk::KvFormat::int8, 2, 2, 64, 129}, {vk::KvFormat::int8, 4, 2, 128, 300},
-        {vk::KvFormat::int8, 4, 1, 64, 129}, {vk::KvFormat::f16, 2, 2, 128, 129},
-        {vk::KvFormat::f16, 4, 2, 64, 129},  {vk::KvFormat::f16, 4, 1, 128, 300}};
+        {vk::KvFormat::int8, 2, 2, 64, 300},  {vk::KvFormat::int8, 4, 2, 128, 300},
+        {vk::KvFormat::int8, 14, 2, 128, 300}, {vk::KvFormat::int8, 8, 1, 64, 129},
+        {vk::KvFormat::int8, 16, 1, 64, 65},  {vk::KvFormat::int8, 12, 1, 128, 64},
+        {vk::KvFormat::int8, 6, 2, 96, 63},   {vk::KvFormat::f16, 2, 2, 128, 129},
+        {vk::KvFormat::f16, 4, 2, 64, 300},   {vk::KvFormat::f16, 7, 1, 128, 300},
+        {vk::KvFormat::f16, 16, 2, 64, 300},  {vk::KvFormat::f16, 16, 1, 128, 65},
+        {vk::KvFormat::f16, 4, 1, 128, 7},    {vk::KvFormat::f16, 12, 4, 96, 129}};
     std::uint64_t salt = 0;
-    for (const Config& c : configs) {
-      INFO(vk::kv_format_name(c.format) << ", heads " << c.heads << ", kv_heads " << c.kv_heads
-                                        << ", head_dim " << c.head_dim << ", length " << c.length);
-      if (c.format == vk::KvFormat::int8) {
-        check_attention<cache::KVCacheQ8>(*dev, c, ++salt);
-      } else {
-        check_attention<cache::KVCacheF16>(*dev, c, ++salt);
+    int builds = 0;
+    for (vk::AttentionBuild build : {vk::AttentionBuild::portable, vk::AttentionBuild::subgroup,
+                                     vk::AttentionBuild::storage}) {
+      vk::AttentionOptions options;
+      options.build = build;
+      auto probe = vk::Attention::create(*dev, options);
+      if (!probe) {
+        CHECK(probe.error().code == errc::unsupported);
+        WARN("attention build " << vk::attention_build_name(build)
+                                << " skipped: " << probe.error().message);
+        continue;
+      }
+      ++builds;
+      for (const Config& c : configs) {
+        INFO(vk::attention_build_name(build)
+             << " build, " << vk::kv_format_name(c.format) << ", heads " << c.heads
+             << ", kv_heads " << c.kv_heads << ", head_dim " << c.head_dim << ", length "
+             << c.length);
+        if (c.format == vk::KvFormat::int8) {
+          check_attention<cache::KVCacheQ8>(*dev, c, build, ++salt);
+        } else {
+          check_attention<cache::KVCacheF16>(*dev, c, build, ++salt);
+        }
       }
     }
+    CHECK(builds >= 1);  // portable runs everywhere
+    auto best = vk::Attention::create(*dev);
+    REQUIRE(best);
+    CHECK(best->build() != vk::AttentionBuild::best);
   }
   test::require_no_validation_messages(*log);
 }

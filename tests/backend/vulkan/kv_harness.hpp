@@ -24,6 +24,7 @@ namespace edgellm::test {
 struct KvShape {
   backend::vk::KvFormat format = backend::vk::KvFormat::int8;
   std::size_t layers = 1, heads = 1, kv_heads = 1, head_dim = 64, capacity = 16, max_rows = 8;
+  backend::vk::AttentionOptions attention;  ///< which attention build (tests run each)
 };
 
 /// The device side: cache, ops, and fp32 buffers k, v [max_rows][kv_heads][head_dim] and q, out
@@ -51,7 +52,7 @@ struct DeviceKv {
     auto app = vk::KvAppend::create(dev);
     INFO((app ? std::string() : app.error().message));
     REQUIRE(app);
-    auto att = vk::Attention::create(dev);
+    auto att = vk::Attention::create(dev, s.attention);
     INFO((att ? std::string() : att.error().message));
     REQUIRE(att);
     return std::unique_ptr<DeviceKv>(new DeviceKv{&dev, s, std::move(*cache), std::move(*k),

@@ -10,6 +10,8 @@
 #include "edgellm/backend/vulkan/kv_cache.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/attention.hpp"
+#include "edgellm/backend/vulkan/spirv/attention_storage.hpp"
+#include "edgellm/backend/vulkan/spirv/attention_subgroup.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -20,6 +22,31 @@
 #include <utility>
 
 namespace edgellm::backend::vk {
+
+/// Which build of the attention shader runs (shaders/vulkan/attention*.comp).
+enum class AttentionBuild {
+  best,      ///< storage where the device has it, else subgroup, else portable
+  portable,  ///< no subgroup operations; codes loaded as uint words
+  subgroup,  ///< subgroupMax / subgroupAdd in the reductions (subgroup arithmetic)
+  storage,   ///< subgroups, and codes loaded as i8vec4 / f16vec4 (8/16-bit storage, shaderInt8,
+             ///< shaderFloat16: the conversions glslang emits need them)
+};
+
+inline const char* attention_build_name(AttentionBuild b) noexcept {
+  switch (b) {
+    case AttentionBuild::best: return "best";
+    case AttentionBuild::portable: return "portable";
+    case AttentionBuild::subgroup: return "subgroup";
+    case AttentionBuild::storage: return "storage";
+  }
+  return "?";
+}
+
+struct AttentionOptions {
+  /// A build other than best fails with errc::unsupported where the device lacks its features
+  /// (tests run every build the device has).
+  AttentionBuild build = AttentionBuild::best;
+};
 
 /// Attention of query rows at positions first_pos.. over one layer of a KVCache, recorded into
 /// a CommandSequence:
@@ -36,24 +63,71 @@ namespace edgellm::backend::vk {
 /// one op serves every cache and buffer of its Device. Move-only; the Device must outlive it.
 class Attention {
  public:
-  static result<Attention> create(Device& dev) {
+  static result<Attention> create(Device& dev, const AttentionOptions& options = {}) {
+    constexpr std::string_view where = "vulkan Attention::create";
     const auto& info = dev.info();
-    // Per invocation: a weight, a reduction slot and a vec4 partial sum (24 bytes), plus the
-    // 1 KiB query; at least head_dim / 4 invocations (one vec4 of the output each).
-    const std::uint32_t wg = choose_workgroup_size(info, 128, 24, 64);
-    if (wg * 24 + KVCache::kMaxHeadDim * 4 > info.shared_memory_bytes ||
-        wg > info.max_workgroup_invocations || wg > info.max_workgroup_size[0]) {
-      return make_error(errc::unsupported, "vulkan Attention::create",
+    const bool subgroups = info.subgroup_arithmetic;
+    const bool storage = subgroups && info.storage_8bit && info.storage_16bit &&
+                         info.shader_int8 && info.shader_float16;
+    AttentionBuild build = options.build;
+    if (build == AttentionBuild::best) {
+      build = storage ? AttentionBuild::storage
+                      : subgroups ? AttentionBuild::subgroup : AttentionBuild::portable;
+    }
+    if ((build == AttentionBuild::subgroup && !subgroups) ||
+        (build == AttentionBuild::storage && !storage)) {
+      return make_error(errc::unsupported, where,
+                        std::string("options.build: the ") + attention_build_name(build) +
+                            " build needs subgroup arithmetic in compute shaders" +
+                            (build == AttentionBuild::storage
+                                 ? ", storageBuffer8BitAccess, storageBuffer16BitAccess, "
+                                   "shaderInt8 and shaderFloat16"
+                                 : "") +
+                            "; the device lacks one");
+    }
+    // Shared memory: the queries of kMaxGroup heads (kMaxGroup * kMaxHeadDim floats), plus per
+    // invocation two halves of kMaxGroup scores per position (P positions) and kMaxGroup maxima.
+    // The most positions per block that fits, with at least kMaxHeadDim / 4 invocations (one
+    // vec4 of the output each).
+    const std::uint32_t fixed = kMaxGroup * KVCache::kMaxHeadDim * 4;
+    const std::uint32_t min_wg = KVCache::kMaxHeadDim / 4;
+    DeviceInfo budget = info;
+    budget.shared_memory_bytes = info.shared_memory_bytes > fixed ? info.shared_memory_bytes - fixed : 0;
+    std::uint32_t wg = 0, p = 0;
+    for (std::uint32_t per : {4u, 2u, 1u}) {
+      const std::uint32_t bytes = 2 * kMaxGroup * 4 * (per + 1);
+      const std::uint32_t w = choose_workgroup_size(budget, 64, bytes, 1);
+      if (w >= min_wg && w * bytes <= budget.shared_memory_bytes) {
+        wg = w;
+        p = per;
+        break;
+      }
+    }
+    if (wg == 0 || wg > info.max_workgroup_invocations || wg > info.max_workgroup_size[0]) {
+      return make_error(errc::unsupported, where,
                         "the device's compute limits (" + std::to_string(info.shared_memory_bytes) +
                             " bytes of shared memory, " +
                             std::to_string(info.max_workgroup_invocations) +
-                            " invocations) are below the shader's 64 invocations");
+                            " invocations) are below the shader's " + std::to_string(min_wg) +
+                            " invocations with " +
+                            std::to_string(fixed + min_wg * 2 * kMaxGroup * 4 * 2) +
+                            " bytes of shared memory");
     }
     Attention op;
-    auto pipe =
-        ComputePipeline::create(dev, "attention", spirv::kAttentionSpv, 6, sizeof(Push), wg);
+    const std::uint32_t constants[] = {p};
+    auto pipe = build == AttentionBuild::storage
+                    ? ComputePipeline::create(dev, "attention_storage", spirv::kAttentionStorageSpv,
+                                              6, sizeof(Push), wg, constants)
+                : build == AttentionBuild::subgroup
+                    ? ComputePipeline::create(dev, "attention_subgroup",
+                                              spirv::kAttentionSubgroupSpv, 6, sizeof(Push), wg,
+                                              constants)
+                    : ComputePipeline::create(dev, "attention", spirv::kAttentionSpv, 6,
+                                              sizeof(Push), wg, constants);
     if (!pipe) return pipe.error();
     op.pipeline_ = std::move(*pipe);
+    op.build_ = build;
+    op.per_invocation_ = p;
     return op;
   }
 
@@ -92,7 +166,11 @@ class Attention {
     const std::uint64_t bytes = std::uint64_t{rows} * heads * hd * 4;
     if (auto st = require_bytes(q, bytes, where, "q", shape, info); !st) return st;
     if (auto st = require_bytes(out, bytes, where, "out", shape, info); !st) return st;
-    if (heads > info.max_workgroup_count[0] || rows > info.max_workgroup_count[1]) {
+    // One workgroup per (kv head, part of its group of query heads, row); as attention.glsl.
+    const std::size_t group = heads / cache.kv_heads();
+    const std::size_t parts = (group + kMaxGroup - 1) / kMaxGroup;
+    if (cache.kv_heads() * parts > info.max_workgroup_count[0] ||
+        rows > info.max_workgroup_count[1]) {
       return make_error(errc::unsupported, where,
                         "rows: " + std::to_string(rows) + " x heads " + std::to_string(heads) +
                             " workgroups exceed the device's dispatch limits");
@@ -105,11 +183,20 @@ class Attention {
                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
     const Buffer* bound[] = {
         &cache.k_codes(), &cache.v_codes(), &cache.k_scales(), &cache.v_scales(), &q, &out};
-    return seq.dispatch(pipeline_, bound, &push, static_cast<std::uint32_t>(heads),
+    return seq.dispatch(pipeline_, bound, &push,
+                        static_cast<std::uint32_t>(cache.kv_heads() * parts),
                         static_cast<std::uint32_t>(rows));
   }
 
   std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
+  /// Positions each invocation scores per block: a block is workgroup_size() * this.
+  std::uint32_t positions_per_invocation() const noexcept { return per_invocation_; }
+  /// Which shader build runs: AttentionBuild::portable, subgroup or storage (never best).
+  AttentionBuild build() const noexcept { return build_; }
+  const char* variant() const noexcept { return attention_build_name(build_); }
+
+  /// Query heads per workgroup: a larger GQA group is split over equal workgroups.
+  static constexpr std::uint32_t kMaxGroup = 8;  // GMAX in attention.glsl
 
  private:
   struct Push {
@@ -119,6 +206,8 @@ class Attention {
   Attention() = default;
 
   ComputePipeline pipeline_;
+  AttentionBuild build_ = AttentionBuild::portable;
+  std::uint32_t per_invocation_ = 1;
 };
 
 }  // namespace edgellm::backend::vk

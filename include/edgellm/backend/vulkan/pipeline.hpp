@@ -92,11 +92,13 @@ class ComputePipeline {
   ComputePipeline& operator=(const ComputePipeline&) = delete;
   ~ComputePipeline() { reset(); }
 
-  /// `name` is for messages; `bindings` storage buffers; `push_bytes` of push constants.
+  /// `name` is for messages; `bindings` storage buffers; `push_bytes` of push constants;
+  /// `workgroup_size` is specialization constant 0 and `constants[i]` constant i + 1.
   static result<ComputePipeline> create(Device& dev, std::string_view name,
                                         std::span<const std::uint32_t> spirv,
                                         std::uint32_t bindings, std::uint32_t push_bytes,
-                                        std::uint32_t workgroup_size) {
+                                        std::uint32_t workgroup_size,
+                                        std::span<const std::uint32_t> constants = {}) {
     const std::string where = "vulkan pipeline " + std::string(name);
     if (push_bytes > dev.info().max_push_constants_bytes) {
       return make_error(errc::unsupported, where,
@@ -145,8 +147,13 @@ class ComputePipeline {
       p.layout_ = VK_NULL_HANDLE;
       return vk_error(r, where, "vkCreatePipelineLayout");
     }
-    VkSpecializationMapEntry entry{0, 0, sizeof(std::uint32_t)};
-    VkSpecializationInfo spec{1, &entry, sizeof(std::uint32_t), &p.workgroup_size_};
+    std::vector<std::uint32_t> values{workgroup_size};
+    values.insert(values.end(), constants.begin(), constants.end());
+    std::vector<VkSpecializationMapEntry> entries(values.size());
+    for (std::uint32_t i = 0; i < entries.size(); ++i)
+      entries[i] = {i, i * std::uint32_t{sizeof(std::uint32_t)}, sizeof(std::uint32_t)};
+    VkSpecializationInfo spec{static_cast<std::uint32_t>(entries.size()), entries.data(),
+                              values.size() * sizeof(std::uint32_t), values.data()};
     VkComputePipelineCreateInfo cci{};
     cci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
     cci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
