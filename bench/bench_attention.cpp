@@ -105,7 +105,7 @@ bool fill(Cache& c, std::size_t positions) {
 // --backend vulkan: every model's rows on the device `device_index`.
 int run_vulkan(const std::vector<ModelShape>& models, const std::vector<KvType>& types,
                const std::vector<std::size_t>& contexts, const bench::options& opts,
-               int device_index, bench::table& out) {
+               int device_index, const std::string& build_arg, bench::table& out) {
   namespace vk = edgellm::backend::vk;
   int rc = 0;
   auto dev = bench::vulkan::open_device(device_index, rc);
@@ -113,9 +113,16 @@ int run_vulkan(const std::vector<ModelShape>& models, const std::vector<KvType>&
   const std::string device_name = dev->info().name;
   const auto fail = [](const error& e) { return bench::note("[vulkan] {}", e.message), 1; };
   auto append = vk::KvAppend::create(*dev);
-  auto attention = vk::Attention::create(*dev);
+  vk::AttentionOptions attention_options;
+  for (vk::AttentionBuild b : {vk::AttentionBuild::best, vk::AttentionBuild::portable,
+                               vk::AttentionBuild::subgroup, vk::AttentionBuild::storage})
+    if (build_arg == vk::attention_build_name(b)) attention_options.build = b;
+  auto attention = vk::Attention::create(*dev, attention_options);
   if (!append) return fail(append.error());
   if (!attention) return fail(attention.error());
+  bench::note("[attention] the {} build of the shader, {} invocations x {} positions a block",
+              attention->variant(), attention->workgroup_size(),
+              attention->positions_per_invocation());
   const int reps = opts.reps_or(opts.quick ? 3 : 9);
   const std::size_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
   const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
@@ -204,7 +211,8 @@ int run_vulkan(const std::vector<ModelShape>& models, const std::vector<KvType>&
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_arg = "all", kv_arg = "f32,f16,int8", backend_arg = "cpu";
+  std::string model_arg = "all", kv_arg = "f32,f16,int8", backend_arg = "cpu",
+              build_arg = "best";
   int device_index = -1;
   std::vector<std::size_t> contexts{512, 2048, 4096, 8192};
   bool lock = true;
@@ -224,6 +232,9 @@ int main(int argc, char** argv) {
           flag::number<int>({"--device"}, "N",
                             "Vulkan device index (-1: discrete > integrated > CPU)",
                             device_index, -1, 1024),
+          flag::string({"--attention-build"}, "best|portable|subgroup|storage",
+                       "the Vulkan attention shader's build (best: the device's fastest)",
+                       build_arg),
       },
       "One decode step's attention over the KV cache, per KV type and context length.");
   std::vector<KvType> types;
@@ -253,6 +264,12 @@ int main(int argc, char** argv) {
     bench::note("{}: --backend {}: expected cpu or vulkan", argv[0], backend_arg);
     return 2;
   }
+  if (build_arg != "best" && build_arg != "portable" && build_arg != "subgroup" &&
+      build_arg != "storage") {
+    bench::note("{}: --attention-build {}: expected best, portable, subgroup or storage", argv[0],
+                build_arg);
+    return 2;
+  }
   if (device_index >= 0 && backend_arg != "vulkan") {
     bench::note("{}: --device: applies to --backend vulkan only", argv[0]);
     return 2;
@@ -272,7 +289,7 @@ int main(int argc, char** argv) {
   out.add_metadata("time_columns", "us per layer: one decode step's attention (1 query)");
   if (backend_arg == "vulkan") {
 #if EDGELLM_BENCH_VULKAN
-    return run_vulkan(models, types, contexts, opts, device_index, out);
+    return run_vulkan(models, types, contexts, opts, device_index, build_arg, out);
 #else
     bench::note("{}: --backend vulkan: {}", argv[0], bench::vulkan::kNotBuilt);
     return 2;

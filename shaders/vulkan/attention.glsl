@@ -7,31 +7,33 @@
 // One workgroup per (kv head, query row) takes the NH <= GMAX query heads of the kv head's
 // group (a group of more than GMAX heads is split over ceil(group / GMAX) workgroups of equal
 // size), so each key and value row is loaded once for all of them: gl_WorkGroupID =
-// (g * parts + part, t). On CPU implementations every storage-buffer load is a per-invocation
-// scalar access, and on GPUs the K/V stream is the cost: loading a row once per group instead of
-// once per head divides both by the group size (7 for Qwen2-7B).
+// (g * parts + part, t). On GPUs the K/V stream is the cost, and on CPU implementations every
+// storage- or shared-memory load is a per-invocation, per-component scalar access: loading a
+// row once per group instead of once per head divides both by the group size (7 for Qwen2-7B).
 // Online softmax over blocks of BLOCK = WG * P positions, so any length runs in fixed shared
 // memory. Per block:
-//   1. invocation i scores positions i, i + WG, .. (P of them) for every head: each vec4 of a
-//      key row is loaded once and dotted with the NH queries; the raw scores go to w;
+//   1. invocation i scores positions i, i + WG, .. (P of them) for every head, all P at once:
+//      each query vec4 read from shared memory serves P keys; the scores stay in registers;
 //   2. the block's max per head: each invocation's max, then (EDGELLM_SUBGROUPS) subgroupMax
 //      and one shared slot per subgroup, else one shared slot per invocation; the running max M
 //      moves to it and everything summed so far is rescaled by alpha = exp(M_old - M_new);
-//   3. each invocation turns its own scores into weights exp(s - M) (and adds them to its own
-//      running denominator: no reduction per block), [* vs_j] into w;
-//   4. the weighted sum of values: the WG invocations form `sets` of head_dim / 4 (one vec4 of
-//      coordinates each); set s takes the block's positions s, s + sets, .. for every head.
-// Two barriers per block: w and the max slots alternate between two halves by block parity, so
-// block b + 2 rewrites a half only after every invocation passed block b + 1's barriers. At the
-// end the invocations' denominators and the sets' partial sums are added (in that order).
+//   3. each invocation turns its scores into weights exp(s - M) [* vs_j] in w, and adds them to
+//      its own running denominator (no reduction per block);
+//   4. the weighted sum of values: a set of SPAN = ceil(head_dim / 4 / C) invocations covers a
+//      row, invocation i of a set taking the vec4s i, i + SPAN, .. (C of them: each weight read
+//      serves C vec4s); set s takes the block's positions s, s + sets, .. for every head.
+// Two barriers per block (after 2's slots and after 3's weights): block b + 1 writes the slots
+// and w only after its first barrier, which every invocation reaches after block b's reads. At
+// the end the invocations' denominators and the sets' partial sums are added (in set order).
 // With EDGELLM_STORAGE (devices with 8- and 16-bit storage) the codes load as i8vec4 / f16vec4
 // and convert in one instruction; else as uint words, unpacked with bitfieldExtract /
 // unpackHalf2x16.
 // This file is the body: attention.comp, attention_subgroup.comp and attention_storage.comp
 // include it.
 
-layout(constant_id = 0) const uint WG = 64;  // power of two, >= head_dim / 4
+layout(constant_id = 0) const uint WG = 64;  // power of two, >= MAX_HEAD_DIM / 4 / C
 layout(constant_id = 1) const uint P = 4;    // positions per invocation per block
+layout(constant_id = 2) const uint C = 2;    // vec4s of a value row per invocation
 layout(local_size_x_id = 0) in;
 
 const uint MAX_HEAD_DIM = 256u;
@@ -66,9 +68,9 @@ layout(push_constant) uniform Push {
   float scale;     // cache::attention_scale(head_dim)
 } pc;
 
-shared vec4 qs[GMAX * QS];           // [GMAX][QS] q * scale; at the end the output sums
-shared float w[2u * GMAX * BLOCK];   // [parity][GMAX][BLOCK] scores, then weights
-shared float red[2u * GMAX * WG];    // [parity][GMAX][WG] maxima (per invocation or subgroup)
+shared vec4 qs[GMAX * QS];       // [GMAX][QS] q * scale; at the end the output sums
+shared float w[GMAX * BLOCK];    // [GMAX][BLOCK] the block's weights
+shared float red[GMAX * WG];     // [GMAX][WG] maxima (per invocation or subgroup), then sums
 
 // Coordinates 4i .. 4i + 3 of cache row `row` (row = position * kv_heads + kv head).
 vec4 load4(bool key, uint row, uint i) {
@@ -101,39 +103,41 @@ void main() {
     qs[(i / qw) * QS + i % qw] = q[(t * pc.heads + h0) * qw + i] * pc.scale;
   barrier();
 
-  const uint sets = WG / qw, set = tid / qw, lane = tid % qw;
+  const uint span = (qw + C - 1u) / C, sets = WG / span, set = tid / span, lane = tid % span;
   float m_run[GMAX], l_run[GMAX];  // running max (uniform) and this invocation's denominator
-  vec4 acc[GMAX];                  // this invocation's share of the output (sets < WG / qw: 0)
+  vec4 acc[C][GMAX];               // this invocation's share of the output: vec4s lane + c span
   for (uint h = 0u; h < GMAX; ++h) {
     m_run[h] = neg_inf;
     l_run[h] = 0.0;
-    acc[h] = vec4(0.0);
+    for (uint c = 0u; c < C; ++c) acc[c][h] = vec4(0.0);
   }
-  uint half_ = 0u;
-  for (uint j0 = 0u; j0 <= pos; j0 += BLOCK, half_ ^= 1u) {
+  for (uint j0 = 0u; j0 <= pos; j0 += BLOCK) {
     const uint n = min(BLOCK, pos + 1u - j0);
-    const uint wb = half_ * GMAX * BLOCK, rb = half_ * GMAX * WG;
-    // 1. scores
+    // 1. scores. No branch on j < n: positions past n score position n - 1 again and are
+    // dropped (every invocation then reads the same query vec4 at once).
+    uint rows[P];
+    float d[P][GMAX];
+    for (uint k = 0u; k < P; ++k) {
+      rows[k] = (pc.pos0 + j0 + min(k * WG + tid, n - 1u)) * pc.kv_heads + g;
+      for (uint h = 0u; h < GMAX; ++h) d[k][h] = 0.0;
+    }
+    for (uint i = 0u; i < qw; ++i) {
+      vec4 qv[GMAX];
+      for (uint h = 0u; h < GMAX; ++h) qv[h] = h < nh ? qs[h * QS + i] : vec4(0.0);
+      for (uint k = 0u; k < P; ++k) {
+        const vec4 kv = load4(true, rows[k], i);
+        for (uint h = 0u; h < GMAX; ++h)
+          if (h < nh) d[k][h] += dot(qv[h], kv);
+      }
+    }
     float mx[GMAX];
     for (uint h = 0u; h < GMAX; ++h) mx[h] = neg_inf;
     for (uint k = 0u; k < P; ++k) {
-      const uint j = k * WG + tid;
-      if (j < n) {  // (a branch, not a select: row is past the cache for j >= n)
-        const uint row = (pc.pos0 + j0 + j) * pc.kv_heads + g;
-        float d[GMAX];
-        for (uint h = 0u; h < GMAX; ++h) d[h] = 0.0;
-        for (uint i = 0u; i < qw; ++i) {
-          const vec4 kv = load4(true, row, i);
-          for (uint h = 0u; h < GMAX; ++h)
-            if (h < nh) d[h] += dot(qs[h * QS + i], kv);
-        }
-        const float ks = pc.q8 != 0u ? k_scale[row] : 1.0;
-        for (uint h = 0u; h < GMAX; ++h) {
-          if (h < nh) {
-            w[wb + h * BLOCK + j] = d[h] * ks;
-            mx[h] = max(mx[h], d[h] * ks);
-          }
-        }
+      const bool valid = k * WG + tid < n;
+      const float ks = pc.q8 != 0u ? k_scale[rows[k]] : 1.0;
+      for (uint h = 0u; h < GMAX; ++h) {
+        d[k][h] = valid ? d[k][h] * ks : neg_inf;
+        mx[h] = max(mx[h], d[k][h]);
       }
     }
     // 2. the block's max
@@ -141,13 +145,13 @@ void main() {
     for (uint h = 0u; h < GMAX; ++h) {
       if (h < nh) {
         const float m = subgroupMax(mx[h]);
-        if (subgroupElect()) red[rb + h * WG + gl_SubgroupID] = m;
+        if (subgroupElect()) red[h * WG + gl_SubgroupID] = m;
       }
     }
     const uint slots = gl_NumSubgroups;
 #else
     for (uint h = 0u; h < GMAX; ++h)
-      if (h < nh) red[rb + h * WG + tid] = mx[h];
+      if (h < nh) red[h * WG + tid] = mx[h];
     const uint slots = WG;
 #endif
     barrier();
@@ -156,38 +160,45 @@ void main() {
       alpha[h] = 0.0;
       if (h < nh) {
         float m = m_run[h];
-        for (uint r = 0u; r < slots; ++r) m = max(m, red[rb + h * WG + r]);
+        for (uint r = 0u; r < slots; ++r) m = max(m, red[h * WG + r]);
         alpha[h] = j0 == 0u ? 0.0 : exp(m_run[h] - m);
         m_run[h] = m;
       }
     }
-    // 3. weights (each invocation rewrites only its own positions: no barrier before)
+    // 3. weights
     float lsum[GMAX];
     for (uint h = 0u; h < GMAX; ++h) lsum[h] = 0.0;
     for (uint k = 0u; k < P; ++k) {
       const uint j = k * WG + tid;
       if (j < n) {
-        const float vs = pc.q8 != 0u ? v_scale[(pc.pos0 + j0 + j) * pc.kv_heads + g] : 1.0;
+        const float vs = pc.q8 != 0u ? v_scale[rows[k]] : 1.0;
         for (uint h = 0u; h < GMAX; ++h) {
           if (h < nh) {
-            const float e = exp(w[wb + h * BLOCK + j] - m_run[h]);
+            const float e = exp(d[k][h] - m_run[h]);
             lsum[h] += e;
-            w[wb + h * BLOCK + j] = e * vs;
+            w[h * BLOCK + j] = e * vs;
           }
         }
       }
     }
     for (uint h = 0u; h < GMAX; ++h) {
       l_run[h] = l_run[h] * alpha[h] + lsum[h];
-      acc[h] *= alpha[h];
+      for (uint c = 0u; c < C; ++c) acc[c][h] *= alpha[h];
     }
     barrier();
     // 4. values
     if (set < sets) {
       for (uint j = set; j < n; j += sets) {
-        const vec4 v = load4(false, (pc.pos0 + j0 + j) * pc.kv_heads + g, lane);
-        for (uint h = 0u; h < GMAX; ++h)
-          if (h < nh) acc[h] += w[wb + h * BLOCK + j] * v;
+        const uint row = (pc.pos0 + j0 + j) * pc.kv_heads + g;
+        vec4 v[C];
+        for (uint c = 0u; c < C; ++c)
+          v[c] = lane + c * span < qw ? load4(false, row, lane + c * span) : vec4(0.0);
+        for (uint h = 0u; h < GMAX; ++h) {
+          if (h < nh) {
+            const float wj = w[h * BLOCK + j];
+            for (uint c = 0u; c < C; ++c) acc[c][h] += wj * v[c];
+          }
+        }
       }
     }
   }
@@ -207,8 +218,14 @@ void main() {
 #endif
   for (uint s = 0u; s < sets; ++s) {  // the sets' partial sums, in set order
     if (set == s) {
-      for (uint h = 0u; h < GMAX; ++h)
-        if (h < nh) qs[h * QS + lane] = s == 0u ? acc[h] : qs[h * QS + lane] + acc[h];
+      for (uint h = 0u; h < GMAX; ++h) {
+        if (h < nh) {
+          for (uint c = 0u; c < C; ++c) {
+            const uint i = lane + c * span;
+            if (i < qw) qs[h * QS + i] = s == 0u ? acc[c][h] : qs[h * QS + i] + acc[c][h];
+          }
+        }
+      }
     }
     barrier();
   }

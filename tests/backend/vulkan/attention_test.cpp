@@ -44,8 +44,8 @@ constexpr std::size_t kChunks[] = {1, 5, 1, 56, 1, 1, 64, 1, 169, 1};
 // values, for query row i, relative to max |v| of its kv head over positions [0, p]. With
 // E = (head_dim + 2) u scale max_j sum_c |q_c k_jc| (the score error: q * scale, head_dim
 // products and sums, the key scale), S = max_j s_j - min_j s_j, WG the workgroup size, P the
-// positions per invocation per block, B = WG P, nb = p / B + 1 blocks and sets = WG / (head_dim
-// / 4) (attention.glsl):
+// positions per invocation per block, B = WG P, nb = p / B + 1 blocks, C the value vec4s per
+// invocation and sets = WG / ceil(head_dim / 4 / C) (attention.glsl):
 //   2E                                   score errors reweight the softmax
 //   2 ((3 + 3S)(nb + 1) + nb + 2) u      each weight: exp (Vulkan: 3 + 2|x| ulp, x in [-S, 0],
 //                                        plus the rounding of x) and up to nb rescalings by
@@ -58,7 +58,7 @@ constexpr std::size_t kChunks[] = {1, 5, 1, 56, 1, 1, 64, 1, 169, 1};
 //                                        positions, the sets' partial sums; the final division
 // k, v: the stored (dequantised) keys and values of kv head g, [capacity][head_dim] each.
 double tolerance(const double* k, const double* v, std::size_t hd, const float* q, std::size_t p,
-                 std::size_t wg, std::size_t per) {
+                 std::size_t wg, std::size_t per, std::size_t chunks) {
   const double scale = cache::attention_scale(hd);
   double e = 0.0, smax = -1e300, smin = 1e300, vmax = 0.0;
   for (std::size_t j = 0; j <= p; ++j) {
@@ -73,7 +73,7 @@ double tolerance(const double* k, const double* v, std::size_t hd, const float* 
     smin = std::min(smin, s * scale);
   }
   e *= static_cast<double>(hd + 2) * kU * scale;
-  const std::size_t block = wg * per, sets = wg / (hd / 4);
+  const std::size_t block = wg * per, sets = wg / ((hd / 4 + chunks - 1) / chunks);
   const double big_s = smax - smin, nb = static_cast<double>(p / block + 1);
   const double sums = nb * static_cast<double>(per) + static_cast<double>(wg) +
                       nb * static_cast<double>((block + sets - 1) / sets) +
@@ -82,12 +82,12 @@ double tolerance(const double* k, const double* v, std::size_t hd, const float* 
 }
 
 template <class Cache>
-void check_attention(vk::Device& dev, const Config& cfg, vk::AttentionBuild build,
+void check_attention(vk::Device& dev, const Config& cfg, const vk::AttentionOptions& options,
                      std::uint64_t salt) {
   auto rng = test::make_rng(salt);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   test::KvShape s;
-  s.attention.build = build;
+  s.attention = options;
   s.format = cfg.format;
   s.layers = 2;
   s.heads = cfg.heads;
@@ -99,9 +99,10 @@ void check_attention(vk::Device& dev, const Config& cfg, vk::AttentionBuild buil
   auto cpu = test::cpu_cache<Cache>(s);
   const std::size_t layer = salt % 2, kv_len = s.kv_heads * s.head_dim,
                     q_len = s.heads * s.head_dim;
-  REQUIRE(d->attention.build() == build);
+  REQUIRE(d->attention.build() == options.build);
   const std::size_t wg = d->attention.workgroup_size(),
-                    per = d->attention.positions_per_invocation();
+                    per = d->attention.positions_per_invocation(),
+                    chunks = d->attention.vec4s_per_invocation();
   const std::size_t group = s.heads / s.kv_heads;
   std::size_t pos = 0, checked = 0, want_checked = 0;
   // [kv_heads][capacity][head_dim]: what the cache holds, as exact doubles
@@ -141,7 +142,8 @@ void check_attention(vk::Device& dev, const Config& cfg, vk::AttentionBuild buil
         const float* qh = qi.data() + h * s.head_dim;
         const std::size_t at_g = (h / group) * s.capacity * s.head_dim;
         const double tol =
-            tolerance(stored_k.data() + at_g, stored_v.data() + at_g, s.head_dim, qh, q0 + i, wg, per);
+            tolerance(stored_k.data() + at_g, stored_v.data() + at_g, s.head_dim, qh, q0 + i, wg, per,
+                      chunks);
         for (std::size_t c = 0; c < s.head_dim; ++c) {
           const std::size_t at = h * s.head_dim + c;
           const float dev_out = got[i * q_len + at];
@@ -206,15 +208,19 @@ TEST_CASE("Vulkan attention over the device KV cache matches the oracle", "[vulk
         continue;
       }
       ++builds;
-      for (const Config& c : configs) {
-        INFO(vk::attention_build_name(build)
-             << " build, " << vk::kv_format_name(c.format) << ", heads " << c.heads
-             << ", kv_heads " << c.kv_heads << ", head_dim " << c.head_dim << ", length "
-             << c.length);
-        if (c.format == vk::KvFormat::int8) {
-          check_attention<cache::KVCacheQ8>(*dev, c, build, ++salt);
-        } else {
-          check_attention<cache::KVCacheF16>(*dev, c, build, ++salt);
+      for (vk::AttentionTiling tiling : {vk::AttentionTiling::cpu, vk::AttentionTiling::gpu}) {
+        options.tiling = tiling;
+        for (const Config& c : configs) {
+          INFO(vk::attention_build_name(build)
+               << " build, " << (tiling == vk::AttentionTiling::cpu ? "cpu" : "gpu")
+               << " tiling, " << vk::kv_format_name(c.format) << ", heads " << c.heads
+               << ", kv_heads " << c.kv_heads << ", head_dim " << c.head_dim << ", length "
+               << c.length);
+          if (c.format == vk::KvFormat::int8) {
+            check_attention<cache::KVCacheQ8>(*dev, c, options, ++salt);
+          } else {
+            check_attention<cache::KVCacheF16>(*dev, c, options, ++salt);
+          }
         }
       }
     }

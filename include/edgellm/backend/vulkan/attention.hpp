@@ -42,10 +42,19 @@ inline const char* attention_build_name(AttentionBuild b) noexcept {
   return "?";
 }
 
+/// How the attention shader's work is cut (attention.glsl's WG, P and C).
+enum class AttentionTiling {
+  device,  ///< cpu on a CPU implementation, else gpu
+  cpu,     ///< 32 invocations x 16 positions a block, 4 vec4s of values per invocation
+  gpu,     ///< 64 invocations x 4 positions a block, 2 vec4s of values per invocation
+};
+
 struct AttentionOptions {
   /// A build other than best fails with errc::unsupported where the device lacks its features
   /// (tests run every build the device has).
   AttentionBuild build = AttentionBuild::best;
+  /// Tests run both tilings on one device; the shared-memory limit may shrink P below it.
+  AttentionTiling tiling = AttentionTiling::device;
 };
 
 /// Attention of query rows at positions first_pos.. over one layer of a KVCache, recorded into
@@ -57,10 +66,15 @@ struct AttentionOptions {
 ///   out = sum_j exp(s_j - M) [vs_j] v_j / sum_j exp(s_j - M).
 /// Error against exact attention over the stored keys and values: the CPU bound of
 /// cache::DenseKVCache (2E + (2S + 2L + 2nb + 18)u) max |v| with the device's exp error
-/// (Vulkan: 3 + 2|x| ulp) and its sums (a tree over a block of WG positions, a running sum over
-/// blocks) in place of the CPU's; tests/backend/vulkan/attention_test.cpp states the bound.
-/// One workgroup per (head, row), each over every position it sees. Holds only the pipeline:
-/// one op serves every cache and buffer of its Device. Move-only; the Device must outlive it.
+/// (Vulkan: 3 + 2|x| ulp) and its sums in place of the CPU's: the denominator as each
+/// invocation's running sum over its own positions (P a block of WG * P) and then a sum over
+/// the invocations, the numerator as each set's running sum over every sets-th position and
+/// then a sum over the sets (sets = WG / ceil(head_dim / 4 / C));
+/// tests/backend/vulkan/attention_test.cpp states the bound.
+/// One workgroup per (kv head, row) for all heads of the kv head's GQA group (up to kMaxGroup;
+/// a larger group over equal workgroups), so each K/V row is read once per group, each over
+/// every position it sees. Holds only the pipeline: one op serves every cache and buffer of
+/// its Device. Move-only; the Device must outlive it.
 class Attention {
  public:
   static result<Attention> create(Device& dev, const AttentionOptions& options = {}) {
@@ -85,18 +99,28 @@ class Attention {
                                  : "") +
                             "; the device lacks one");
     }
+    // Tiling: a CPU implementation loads storage and shared memory per invocation and
+    // component, and its registers are cheap (spills land in L1), so there each invocation
+    // scores 16 positions per query load and accumulates 4 vec4s of values per weight load;
+    // a GPU keeps 4 and 2 (fewer registers, more invocations in flight).
+    AttentionTiling tiling = options.tiling;
+    if (tiling == AttentionTiling::device)
+      tiling = info.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? AttentionTiling::cpu : AttentionTiling::gpu;
+    const bool cpu = tiling == AttentionTiling::cpu;
+    const std::uint32_t chunks = cpu ? 4 : 2, preferred_wg = cpu ? 32 : 64;
     // Shared memory: the queries of kMaxGroup heads (kMaxGroup * kMaxHeadDim floats), plus per
-    // invocation two halves of kMaxGroup scores per position (P positions) and kMaxGroup maxima.
-    // The most positions per block that fits, with at least kMaxHeadDim / 4 invocations (one
-    // vec4 of the output each).
+    // invocation kMaxGroup weights per position (P of them) and kMaxGroup maxima. The most
+    // positions per invocation that fits, with at least kMaxHeadDim / 4 / C invocations (a
+    // value row of the widest head).
     const std::uint32_t fixed = kMaxGroup * KVCache::kMaxHeadDim * 4;
-    const std::uint32_t min_wg = KVCache::kMaxHeadDim / 4;
+    const std::uint32_t min_wg = KVCache::kMaxHeadDim / 4 / chunks;
     DeviceInfo budget = info;
     budget.shared_memory_bytes = info.shared_memory_bytes > fixed ? info.shared_memory_bytes - fixed : 0;
     std::uint32_t wg = 0, p = 0;
-    for (std::uint32_t per : {4u, 2u, 1u}) {
-      const std::uint32_t bytes = 2 * kMaxGroup * 4 * (per + 1);
-      const std::uint32_t w = choose_workgroup_size(budget, 64, bytes, 1);
+    for (std::uint32_t per : {cpu ? 16u : 4u, 8u, 4u, 2u, 1u}) {
+      if (per > (cpu ? 16u : 4u)) continue;
+      const std::uint32_t bytes = kMaxGroup * 4 * (per + 1);
+      const std::uint32_t w = choose_workgroup_size(budget, preferred_wg, bytes, 1);
       if (w >= min_wg && w * bytes <= budget.shared_memory_bytes) {
         wg = w;
         p = per;
@@ -110,11 +134,11 @@ class Attention {
                             std::to_string(info.max_workgroup_invocations) +
                             " invocations) are below the shader's " + std::to_string(min_wg) +
                             " invocations with " +
-                            std::to_string(fixed + min_wg * 2 * kMaxGroup * 4 * 2) +
+                            std::to_string(fixed + min_wg * kMaxGroup * 4 * 2) +
                             " bytes of shared memory");
     }
     Attention op;
-    const std::uint32_t constants[] = {p};
+    const std::uint32_t constants[] = {p, chunks};
     auto pipe = build == AttentionBuild::storage
                     ? ComputePipeline::create(dev, "attention_storage", spirv::kAttentionStorageSpv,
                                               6, sizeof(Push), wg, constants)
@@ -128,6 +152,7 @@ class Attention {
     op.pipeline_ = std::move(*pipe);
     op.build_ = build;
     op.per_invocation_ = p;
+    op.chunks_ = chunks;
     return op;
   }
 
@@ -191,6 +216,8 @@ class Attention {
   std::uint32_t workgroup_size() const noexcept { return pipeline_.workgroup_size(); }
   /// Positions each invocation scores per block: a block is workgroup_size() * this.
   std::uint32_t positions_per_invocation() const noexcept { return per_invocation_; }
+  /// vec4s of a value row each invocation accumulates (C in attention.glsl).
+  std::uint32_t vec4s_per_invocation() const noexcept { return chunks_; }
   /// Which shader build runs: AttentionBuild::portable, subgroup or storage (never best).
   AttentionBuild build() const noexcept { return build_; }
   const char* variant() const noexcept { return attention_build_name(build_); }
@@ -207,7 +234,7 @@ class Attention {
 
   ComputePipeline pipeline_;
   AttentionBuild build_ = AttentionBuild::portable;
-  std::uint32_t per_invocation_ = 1;
+  std::uint32_t per_invocation_ = 1, chunks_ = 1;
 };
 
 }  // namespace edgellm::backend::vk
