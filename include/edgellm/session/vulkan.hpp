@@ -11,6 +11,8 @@
 //
 // What the device runs: int4 linears and an fp16 (or as-stored dense fp16) lm_head; load the
 // Engine with EngineOptions::load.lm_head = as_stored (its default). KV caches: int8 or f16.
+// The int4 decode GEMVs run W4A8 where the device accelerates integer dot products, fp32
+// elsewhere (VulkanSessionOptions::backend_options forces either; backend/vulkan/backend.hpp).
 #pragma once
 
 #include "edgellm/backend/vulkan/backend.hpp"
@@ -34,6 +36,9 @@ struct VulkanSessionOptions {
   /// (an index, or the rule discrete > integrated > CPU implementations) and closes it last.
   backend::vk::Device* device = nullptr;
   backend::vk::DeviceOptions device_options{};
+  /// The backend's choices for the target and the draft: which build the int4 decode GEMVs run
+  /// (automatic: W4A8 with hardware dot products where the device has them, else fp32).
+  backend::vk::BackendOptions backend_options{};
 };
 
 /// The model type of a Vulkan Session.
@@ -80,7 +85,9 @@ inline result<Session> create_vulkan_session(std::shared_ptr<const Engine> engin
       auto kv = vk::KVCache::create(*dev, format, c.num_hidden_layers, c.num_key_value_heads,
                                     c.head_dim, *ctx);
       if (!kv) return kv.error();
-      auto b = vk::Backend::create(*dev, VulkanModel::model_shape(c, o.max_batch));
+      auto b = vk::Backend::create(*dev, VulkanModel::model_shape(c, o.max_batch),
+                                   backend::Options{nullptr, o.path, o.isa, nullptr},
+                                   vulkan.backend_options);
       if (!b) return b.error();
       model::TransformerOptions oc = o;
       oc.context_size = *ctx;

@@ -3,7 +3,9 @@
 // (lavapipe in CI, validation on) against the CPU's exact path with the same KV type: logits
 // of the test fixtures (Llama, Qwen2, Qwen3; AutoAWQ int4 and fp16 quantised at load) and
 // greedy continuations of the bundled model; one submission per forward chunk; rollback;
-// refusals that name what the device cannot run.
+// refusals that name what the device cannot run. The decode GEMVs forced to W4A8 (the
+// integer-dot and the portable builds) within the W4A8 error of the CPU's exact path, and the
+// automatic choice of BackendOptions::gemv.
 #include "edgellm/backend/vulkan/backend.hpp"
 
 #include "backend/vulkan/test_device.hpp"
@@ -42,7 +44,8 @@ WeightsPtr load(const std::string& dir) {
 }
 
 edgellm::result<VkModel> make_vk(vk::Device& dev, const WeightsPtr& w, vk::KvFormat format,
-                        std::size_t ctx, std::size_t max_batch) {
+                                 std::size_t ctx, std::size_t max_batch,
+                                 vk::GemvChoice gemv = vk::GemvChoice::automatic) {
   const auto& c = w->config;
   TransformerOptions o;
   o.context_size = ctx;
@@ -50,17 +53,20 @@ edgellm::result<VkModel> make_vk(vk::Device& dev, const WeightsPtr& w, vk::KvFor
   auto cache = vk::KVCache::create(dev, format, c.num_hidden_layers, c.num_key_value_heads,
                                    c.head_dim, ctx);
   if (!cache) return cache.error();
-  auto b = vk::Backend::create(dev, VkModel::model_shape(c, max_batch));
+  vk::BackendOptions bo;
+  bo.gemv = gemv;
+  auto b = vk::Backend::create(dev, VkModel::model_shape(c, max_batch), {}, bo);
   if (!b) return b.error();
   return VkModel::assemble(w, o, std::move(*cache), std::move(*b));
 }
 
 template <class Cache>
-Transformer<Cache> make_cpu(const WeightsPtr& w, std::size_t ctx, std::size_t max_batch) {
+Transformer<Cache> make_cpu(const WeightsPtr& w, std::size_t ctx, std::size_t max_batch,
+                            edgellm::kernels::MatmulPath path = edgellm::kernels::MatmulPath::exact) {
   TransformerOptions o;
   o.context_size = ctx;
   o.max_batch = max_batch;
-  o.path = edgellm::kernels::MatmulPath::exact;
+  o.path = path;
   auto t = Transformer<Cache>::create(w, o);
   INFO((t ? std::string() : t.error().message));
   REQUIRE(t);
@@ -85,6 +91,37 @@ double worst_relative(const std::vector<float>& a, const std::vector<float>& b, 
                                  b.begin() + static_cast<std::ptrdiff_t>((p + 1) * V));
     worst = std::max(worst, double{edgellm::test::max_abs_diff(a.data() + p * V, row.data(), V)} /
                                 edgellm::test::logit_range(row));
+  }
+  return worst;
+}
+
+// |a - b| relative to b's logit range, for one row.
+double relative(const std::vector<float>& a, const std::vector<float>& b) {
+  return double{edgellm::test::max_abs_diff(a.data(), b.data(), b.size())} /
+         edgellm::test::logit_range(b);
+}
+
+// Decodes `prompt` then `steps` single-token forwards on every model of `models` (the first is
+// the reference), each step's token the reference's argmax, and returns per model the worst
+// relative() of any step's logits (the prompt's last row included) against the reference's.
+template <class... M>
+std::vector<double> decode_worst(std::size_t V, const std::vector<std::int32_t>& prompt,
+                                 int steps, M&... models) {
+  std::vector<std::vector<float>> logits(sizeof...(M), std::vector<float>(V));
+  std::vector<double> worst(sizeof...(M), 0.0);
+  const auto step = [&](std::span<const std::int32_t> ids) {
+    std::size_t i = 0;
+    const auto one = [&](auto& m) {
+      REQUIRE(m.forward(ids, LogitsMode::last, logits[i]));
+      worst[i] = std::max(worst[i], relative(logits[i], logits[0]));
+      ++i;
+    };
+    (one(models), ...);
+  };
+  step(prompt);
+  for (int s = 0; s < steps; ++s) {
+    const std::int32_t next = edgellm::test::argmax(logits[0].data(), V);
+    step(std::span(&next, 1));
   }
   return worst;
 }
@@ -229,6 +266,168 @@ TEST_CASE("the Vulkan backend refuses what it cannot run, by name", "[vulkan][vk
     const std::int32_t bad = static_cast<std::int32_t>(ok->vocab_size());
     CHECK_FALSE(ok->forward(std::span(&bad, 1), LogitsMode::last, logits));
     CHECK(ok->position() == 0);
+  }
+  test::require_no_validation_messages(*log);
+}
+
+TEST_CASE("Vulkan decode on the W4A8 GEMV stays within the W4A8 error of the CPU's exact path",
+          "[vulkan][vk_backend][int8]") {
+  // Forced int8: the decode GEMVs quantise x per group (the CPU fast path's math), the prompt
+  // runs the fp32 GEMM; no CPU path mixes the two, so the reference is the CPU's exact path.
+  // The tolerance is the W4A8 error itself, measured beside it on the same steps as the CPU
+  // fast path's distance from the exact path: each step within max(1e-2, 1.25 x that) of its
+  // logit range. The bundled model's W4A8 error is a few 1e-3, so it meets the issue's 1e-2
+  // bar; the fixtures' random weights reach about 2e-2 on the CPU fast path as well (measured:
+  // Vulkan W4A8 1.6e-2 to 2.0e-2, CPU fast 1.9e-2 to 2.3e-2; bundled 3.0e-3 and 2.6e-3).
+  // The int8 decode must also differ from the fp32 one (the option takes effect).
+  constexpr double kBar = 1e-2;
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto dev = test::vulkan_test_device();
+    if (!dev) return;
+    log = dev->validation_log();
+    // The portable build: the same device adopted with no optional feature enabled, so without
+    // shaderIntegerDotProduct (the dot build where the device has it is `dev` itself).
+    auto adopted = vk::Device::adopt(test::handles_of(*dev));
+    INFO((adopted ? std::string() : adopted.error().message));
+    REQUIRE(adopted);
+    REQUIRE_FALSE((*adopted)->info().integer_dot_product);
+    struct Build {
+      vk::Device* dev;
+      const char* variant;
+    };
+    const Build builds[] = {
+        {dev.get(), dev->info().integer_dot_product ? "int8-dot" : "int8-portable"},
+        {adopted->get(), "int8-portable"}};
+    const auto run = [&](const WeightsPtr& w, const std::vector<std::int32_t>& prompt, int steps,
+                         std::size_t max_batch, bool at_bar) {
+      const std::size_t V = w->config.vocab_size;
+      const std::size_t ctx = prompt.size() + static_cast<std::size_t>(steps) + 1;
+      for (const Build& b : builds) {
+        INFO(b.variant);
+        auto int8 = make_vk(*b.dev, w, vk::KvFormat::f16, ctx, max_batch, vk::GemvChoice::int8);
+        INFO((int8 ? std::string() : int8.error().message));
+        REQUIRE(int8);
+        CHECK(std::string(int8->backend().gemv_variant()) == b.variant);
+        CHECK(int8->backend().gemv_activations() == vk::GemvActivations::int8);
+        auto fp32 = make_vk(*b.dev, w, vk::KvFormat::f16, ctx, max_batch, vk::GemvChoice::fp32);
+        REQUIRE(fp32);
+        auto exact = make_cpu<edgellm::cache::KVCacheF16>(w, ctx, max_batch);
+        auto fast = make_cpu<edgellm::cache::KVCacheF16>(w, ctx, max_batch,
+                                                         edgellm::kernels::MatmulPath::fast);
+        const auto worst = decode_worst(V, prompt, steps, exact, *int8, *fp32, fast);
+        INFO("worst |diff| / logit range against the CPU's exact path: vulkan W4A8 decode "
+             << worst[1] << ", vulkan fp32 " << worst[2] << ", CPU fast (W4A8) " << worst[3]);
+        CHECK(worst[1] <= std::max(kBar, 1.25 * worst[3]));
+        if (at_bar) CHECK(worst[1] <= kBar);
+        CHECK(worst[2] <= 1e-4);     // fp32 sums in another order: far below the W4A8 error
+        CHECK(worst[1] > worst[2]);  // the int8 build ran: its quantisation error shows
+      }
+    };
+    for (const char* name : {"llama-awq-gemm", "qwen2-awq-gemm", "qwen3-awq-gemm", "llama-fp16"}) {
+      INFO(name);
+      const WeightsPtr w = load(edgellm::test::model_fixture(name));
+      const auto e = edgellm::test::load_expected(edgellm::test::model_fixture(name));
+      // A 4-token prompt in one chunk (the GEMM), then 8 decode steps.
+      run(w, std::vector<std::int32_t>(e.ids.begin(), e.ids.begin() + 4), 8, 4, false);
+    }
+    {
+      INFO("kjv-target-awq");
+      const WeightsPtr w = load(edgellm::test::source_dir() + "/models/kjv-target-awq");
+      run(w, {5, 17, 230, 41, 9, 88, 1021, 3}, edgellm::test::scaled(24, 8), 8, true);
+    }
+    adopted->reset();  // before the app's device
+  }
+  test::require_no_validation_messages(*log);
+}
+
+TEST_CASE("the Vulkan backend's GEMV choice: automatic where it pays, int8_dot refused by name",
+          "[vulkan][vk_backend][int8]") {
+  using edgellm::backend::Options;
+  using edgellm::kernels::MatmulPath;
+  const auto choice = [](vk::GemvChoice g) {
+    vk::BackendOptions o;
+    o.gemv = g;
+    return o;
+  };
+  const auto with_path = [](MatmulPath path) {
+    Options o;
+    o.path = path;
+    return o;
+  };
+  const Options fast = with_path(MatmulPath::fast), exact = with_path(MatmulPath::exact);
+  // The rule on described devices: W4A8 dot products only where they run in hardware and the
+  // path is fast; lavapipe's kind (the feature, no acceleration) keeps fp32.
+  vk::DeviceInfo accelerated;
+  accelerated.name = "accelerated";
+  accelerated.integer_dot_product = accelerated.integer_dot_accelerated = true;
+  vk::DeviceInfo emulated = accelerated;
+  emulated.integer_dot_accelerated = false;
+  vk::DeviceInfo without;
+  without.name = "without dot products";
+  const auto resolved = [&](const vk::DeviceInfo& info, const Options& o, vk::GemvChoice g) {
+    auto r = vk::Backend::resolve_gemv(info, o, choice(g));
+    REQUIRE(r);
+    return *r;
+  };
+  CHECK(resolved(accelerated, fast, vk::GemvChoice::automatic) == vk::GemvActivations::int8_dot);
+  CHECK(resolved(accelerated, exact, vk::GemvChoice::automatic) == vk::GemvActivations::fp32);
+  CHECK(resolved(emulated, fast, vk::GemvChoice::automatic) == vk::GemvActivations::fp32);
+  CHECK(resolved(without, fast, vk::GemvChoice::automatic) == vk::GemvActivations::fp32);
+  CHECK(resolved(without, fast, vk::GemvChoice::int8) == vk::GemvActivations::int8);
+  CHECK(resolved(without, exact, vk::GemvChoice::int8) == vk::GemvActivations::int8);
+  CHECK(resolved(accelerated, fast, vk::GemvChoice::fp32) == vk::GemvActivations::fp32);
+  CHECK(resolved(emulated, exact, vk::GemvChoice::int8_dot) == vk::GemvActivations::int8_dot);
+  const auto refused = vk::Backend::resolve_gemv(without, fast, choice(vk::GemvChoice::int8_dot));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == errc::unsupported);
+  CHECK_THAT(refused.error().message,
+             Contains("without dot products") && Contains("shaderIntegerDotProduct") &&
+                 Contains("--vk-gemv int8"));
+
+  std::shared_ptr<const vk::ValidationLog> log;
+  {
+    auto dev = test::vulkan_test_device();
+    if (!dev) return;
+    log = dev->validation_log();
+    const vk::DeviceInfo& info = dev->info();
+    const WeightsPtr w = load(edgellm::test::model_fixture("qwen2-awq-gemm"));
+    const auto shape = VkModel::model_shape(w->config, 2);
+    // This device's automatic choice (lavapipe: fp32, its dot products are not accelerated),
+    // and the build an uploaded int4 linear runs is the one the backend names.
+    const bool pays = info.integer_dot_product && info.integer_dot_accelerated;
+    for (const auto& [o, want] :
+         {std::pair{fast, pays ? vk::GemvActivations::int8_dot : vk::GemvActivations::fp32},
+          std::pair{exact, vk::GemvActivations::fp32}}) {
+      auto b = vk::Backend::create(*dev, shape, o);
+      REQUIRE(b);
+      CHECK(b->gemv_activations() == want);
+      CHECK(std::string(b->gemv_variant()).empty());  // nothing uploaded yet
+      auto m = b->upload(w->layers[0].q_proj);
+      REQUIRE(m);
+      REQUIRE((*m)->q4);
+      CHECK(std::string(b->gemv_variant()) == (*m)->q4->variant());
+      CHECK(std::string(b->gemv_variant()) ==
+            (want == vk::GemvActivations::fp32
+                 ? (info.subgroup_arithmetic ? "subgroup" : "portable")
+                 : "int8-dot"));
+    }
+    // Forced int8_dot on a device without shaderIntegerDotProduct (this one adopted with no
+    // optional feature enabled) is refused at create, by name, with the way out.
+    auto adopted = vk::Device::adopt(test::handles_of(*dev));
+    REQUIRE(adopted);
+    {
+      auto b = vk::Backend::create(**adopted, shape, fast, choice(vk::GemvChoice::int8_dot));
+      REQUIRE_FALSE(b);
+      CHECK(b.error().code == errc::unsupported);
+      CHECK_THAT(b.error().message, Contains("shaderIntegerDotProduct") && Contains("int8"));
+      auto portable = vk::Backend::create(**adopted, shape, fast, choice(vk::GemvChoice::int8));
+      REQUIRE(portable);
+      auto m = portable->upload(w->layers[0].q_proj);
+      REQUIRE(m);
+      CHECK(std::string(portable->gemv_variant()) == "int8-portable");
+    }
+    adopted->reset();
   }
   test::require_no_validation_messages(*log);
 }

@@ -14,6 +14,17 @@
 // and a dense fp16 lm_head or embedding; fp32, fp16 and bf16 embedding tables. int8 linears
 // (the int8 lm_head, mixed-precision checkpoints) and dense bf16/fp32 linears are refused at
 // upload with an error that names the linear's shape and says what to choose instead.
+//
+// int4 arithmetic: an int4 linear over one activation row (every linear of a decode step, and
+// a chunk's lm_head row(s) read out one at a time) is a GemvQ4 whose activations
+// BackendOptions::gemv chooses (GemvChoice, gemv_choice.hpp): fp32 (the CPU exact path's math)
+// or int8 (W4A8, the CPU fast path's math: x quantised per group, exact integer group dots).
+// automatic takes the W4A8 dot build where it pays, options.path fast on a device whose 4x8-bit
+// packed dot products run in hardware (DeviceInfo::integer_dot_accelerated), and fp32
+// elsewhere: lavapipe has the feature without the acceleration, so there nothing changes.
+// Chunks of several rows (prefill) always run GemmQ4 with fp32 activations: there is no W4A8
+// GEMM shader, so a W4A8 model's prompt goes in at the exact path's math and only its decode
+// steps run W4A8 (the CPU fast path runs both W4A8). gemv_variant() names the build.
 #pragma once
 
 #include "edgellm/backend/backend.hpp"
@@ -25,6 +36,7 @@
 #include "edgellm/backend/vulkan/elementwise.hpp"
 #include "edgellm/backend/vulkan/embed.hpp"
 #include "edgellm/backend/vulkan/gemm_q4.hpp"
+#include "edgellm/backend/vulkan/gemv_choice.hpp"
 #include "edgellm/backend/vulkan/gemv_f16.hpp"
 #include "edgellm/backend/vulkan/gemv_q4.hpp"
 #include "edgellm/backend/vulkan/kv_cache.hpp"
@@ -61,6 +73,13 @@ struct DeviceTable {
   EmbedTable shape;
 };
 
+/// What the Vulkan backend takes beyond backend::Options.
+struct BackendOptions {
+  /// The int4 decode GEMVs' activations (see the top of this file); automatic: the W4A8 dot
+  /// build where options.path is fast and the device accelerates 4x8-bit dot products, else fp32.
+  GemvChoice gemv = GemvChoice::automatic;
+};
+
 class Backend {
  public:
   /// An activation [max_batch][cols] fp32 in a device buffer the backend owns.
@@ -73,8 +92,11 @@ class Backend {
   using Table = std::shared_ptr<const DeviceTable>;
 
   /// The ops' pipelines and the chunk's fixed buffers (token ids, RoPE frequencies, logits) on
-  /// `dev`, which must outlive the backend. options.pool/path/isa do not apply to the device.
-  static result<Backend> create(Device& dev, const ModelShape& shape, const Options& options = {}) {
+  /// `dev`, which must outlive the backend. options.path feeds vk_options.gemv's automatic
+  /// choice; options.pool/isa/profile do not apply to the device. Errors: a bad shape, and
+  /// GemvChoice::int8_dot on a device without shaderIntegerDotProduct (named, with the way out).
+  static result<Backend> create(Device& dev, const ModelShape& shape, const Options& options = {},
+                                const BackendOptions& vk_options = {}) {
     constexpr std::string_view where = "vulkan Backend::create";
     if (shape.max_batch == 0 || shape.vocab == 0 || shape.head_dim == 0 ||
         shape.rope_inv_freq.size() * 2 != shape.head_dim) {
@@ -82,10 +104,12 @@ class Backend {
                         "shape: max_batch, vocab and head_dim must be positive, with head_dim / 2 "
                         "RoPE frequencies");
     }
-    (void)options;
+    auto activations = resolve_gemv(dev.info(), options, vk_options);
+    if (!activations) return activations.error();
     Backend b;
     b.dev_ = &dev;
     b.shape_ = shape;
+    b.gemv_ = *activations;
     auto st = b.make_ops();
     if (!st) return st.error();
     auto ids = Buffer::create(dev, shape.max_batch * 4, "token ids", {BufferKind::host_io});
@@ -103,6 +127,34 @@ class Backend {
     if (!seq) return seq.error();
     b.seq_ = std::make_unique<CommandSequence>(std::move(*seq));
     return b;
+  }
+
+  /// The activations vk_options.gemv resolves to on a device with `info` under `options`:
+  /// automatic is int8_dot where options.path is fast and the device both has
+  /// shaderIntegerDotProduct and accelerates 4x8-bit packed dot products, fp32 otherwise; the
+  /// others are themselves. errc::unsupported for int8_dot where the feature is missing.
+  static result<GemvActivations> resolve_gemv(const DeviceInfo& info, const Options& options,
+                                              const BackendOptions& vk_options) {
+    switch (vk_options.gemv) {
+      case GemvChoice::automatic:
+        return options.path == kernels::MatmulPath::fast && info.integer_dot_product &&
+                       info.integer_dot_accelerated
+                   ? GemvActivations::int8_dot
+                   : GemvActivations::fp32;
+      case GemvChoice::fp32: return GemvActivations::fp32;
+      case GemvChoice::int8: return GemvActivations::int8;
+      case GemvChoice::int8_dot: break;
+    }
+    GemvQ4Options o;
+    o.activations = GemvActivations::int8_dot;
+    if (!GemvQ4::supports(info, o)) {
+      return make_error(errc::unsupported, "vulkan Backend::create",
+                        "gemv int8_dot (--vk-gemv int8-dot): the device '" + info.name +
+                            "' lacks shaderIntegerDotProduct (Vulkan 1.3 or "
+                            "VK_KHR_shader_integer_dot_product); choose int8 (--vk-gemv int8: "
+                            "the same W4A8 math with plain int multiply-adds) or automatic");
+    }
+    return GemvActivations::int8_dot;
   }
 
   Backend(Backend&&) noexcept = default;
@@ -124,8 +176,11 @@ class Backend {
     d->k = w.k();
     const std::string shape = "[" + std::to_string(w.n()) + ", " + std::to_string(w.k()) + "]";
     if (w.int4()) {
-      auto op = GemvQ4::create(*dev_, w.q4);
+      GemvQ4Options o;
+      o.activations = gemv_;
+      auto op = GemvQ4::create(*dev_, w.q4, o);
       if (!op) return op.error();
+      gemv_variant_ = op->variant();
       d->q4.emplace(std::move(*op));
       if (shape_.max_batch > 1) {
         auto gemm = GemmQ4::for_shape(*dev_, w.q4.n(), w.q4.k(), w.q4.group_size(),
@@ -273,6 +328,12 @@ class Backend {
   /// Queue submissions so far (one per forward chunk).
   std::size_t submits() const noexcept { return seq_ ? seq_->submits() : 0; }
   Device& device() const noexcept { return *dev_; }
+  /// The activations the int4 decode GEMVs were uploaded with (BackendOptions::gemv resolved).
+  GemvActivations gemv_activations() const noexcept { return gemv_; }
+  /// The shader build of the int4 decode GEMVs (GemvQ4::variant(): "subgroup" or "portable" for
+  /// fp32 activations, "int8-dot" or "int8-portable" for W4A8); "" until an int4 linear is
+  /// uploaded (a model without int4 linears has none).
+  const char* gemv_variant() const noexcept { return gemv_variant_; }
 
  private:
   struct Ops {
@@ -350,6 +411,8 @@ class Backend {
   std::unique_ptr<Buffer> ids_, inv_freq_, logits_;  // [max_batch] int32, [head_dim / 2], [max_batch][vocab]
   std::vector<std::unique_ptr<Buffer>> activations_;  // stable addresses behind Tensor handles
   std::size_t first_pos_ = 0, rows_ = 0;
+  GemvActivations gemv_ = GemvActivations::fp32;
+  const char* gemv_variant_ = "";  // a GemvQ4::variant() literal
   status pending_;
   std::span<float> logits_out_;
 };
