@@ -73,6 +73,10 @@ model:
                          Vulkan device, a decode step one submission (int4 linears; the
                          lm_head as stored unless --lm-head is given; --kv-type int8 or f16)
   --device N             the Vulkan device's index (default: discrete > integrated > CPU)
+  --vk-gemv G            with --backend vulkan, the int4 decode GEMVs: auto (default: W4A8
+                         where the device accelerates integer dot products, else fp32), fp32,
+                         int8 (W4A8 everywhere) or int8-dot (W4A8 on integer dot products;
+                         refused where the device lacks them); the prompt stays fp32
   --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use
                          (by default an error: the config may not be this checkpoint's)
   --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
@@ -148,6 +152,7 @@ struct Args {
   cache::KvType kv_type = cache::KvType::int8;
   tools::BackendKind backend = tools::BackendKind::cpu;
   std::optional<std::uint32_t> device;
+  std::optional<backend::vk::GemvChoice> vk_gemv;
   std::string prompt_cache;
   std::string packed_cache;
   std::string draft;
@@ -281,6 +286,11 @@ int parse_args(int argc, char** argv, Args& a) {
       std::uint32_t n = 0;
       rc = num(n, "N", 0, 1024);
       if (rc == 0) a.device = n;
+    } else if (arg == "--vk-gemv") {
+      if (!need("G")) return usage_error(std::string("--vk-gemv: missing ") + tools::kVkGemvValues);
+      backend::vk::GemvChoice g{};
+      if (const std::string why = tools::parse_vk_gemv(v, g); !why.empty()) return usage_error(why);
+      a.vk_gemv = g;
     } else if (arg == "--kv-type") {
       if (!need("T")) return usage_error("--kv-type: missing T (int8, f16 or f32)");
       auto t = cache::parse_kv_type(v);
@@ -319,6 +329,8 @@ int parse_args(int argc, char** argv, Args& a) {
     if (a.fp32_reference) return usage_error("--fp32-reference runs on the CPU only; drop --backend vulkan");
   } else if (a.device) {
     return usage_error("--device: applies to --backend vulkan only");
+  } else if (a.vk_gemv) {
+    return usage_error("--vk-gemv: applies to --backend vulkan only");
   }
   return 0;
 }
@@ -634,7 +646,8 @@ int main(int argc, char** argv) {
   result<Session> session = make_error(errc::unsupported, "edgellm-generate", "no backend");
   if (on_vulkan) {
 #if EDGELLM_TOOLS_VULKAN
-    session = tools::make_vulkan_session(*engine, so, a.device);
+    session = tools::make_vulkan_session(*engine, so, a.device,
+                                         a.vk_gemv.value_or(backend::vk::GemvChoice::automatic));
 #endif
   } else {
     session = Session::create(*engine, so);

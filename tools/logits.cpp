@@ -50,6 +50,9 @@ constexpr const char* kUsage =
     "  --backend B       cpu (default) or vulkan: the whole forward on a Vulkan device (int4\n"
     "                    linears, an f16 lm_head: --lm-head defaults to f16 there; f16 KV)\n"
     "  --device N        the Vulkan device's index (default: discrete > integrated > CPU)\n"
+    "  --vk-gemv G       with --backend vulkan, the int4 one-row GEMVs: auto (default: W4A8\n"
+    "                    where the device accelerates integer dot products and --exact is\n"
+    "                    not given, else fp32), fp32, int8 or int8-dot\n"
     "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
     "  --quiet           no loading progress (a bar on a terminal, else a line per 10 %) and\n"
     "                    no 'wrote' line on stderr; errors and warnings still\n"
@@ -68,6 +71,7 @@ struct Args {
   bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
   edgellm::tools::BackendKind backend = edgellm::tools::BackendKind::cpu;
   std::optional<std::uint32_t> device;
+  std::optional<edgellm::backend::vk::GemvChoice> vk_gemv;
 };
 
 // Parses argv; on error prints the reason and returns false (exit code 2).
@@ -115,6 +119,12 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       if (ec != std::errc() || p != v.data() + v.size())
         return fail("--device: '" + v + "' is not a device index");
       a.device = n;
+    } else if (arg == "--vk-gemv") {
+      if (!value(v)) return fail(std::string("--vk-gemv: missing ") + edgellm::tools::kVkGemvValues);
+      edgellm::backend::vk::GemvChoice g{};
+      if (const std::string why = edgellm::tools::parse_vk_gemv(v, g); !why.empty())
+        return fail(why);
+      a.vk_gemv = g;
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
     } else if (arg == "--quiet") {
@@ -158,6 +168,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
     if (a.fp32_reference) return fail("--fp32-reference runs on the CPU only; drop --backend vulkan");
   } else if (a.device) {
     return fail("--device: applies to --backend vulkan only");
+  } else if (a.vk_gemv) {
+    return fail("--vk-gemv: applies to --backend vulkan only");
   }
   if (!have_ids) return fail("--ids is required");
   if (a.out.empty()) return fail("--out FILE.json is required");
@@ -240,7 +252,9 @@ int run(const Args& a) {
   if (on_vulkan) {
 #if EDGELLM_TOOLS_VULKAN
     // An f16 KV cache on the device: the closest it keeps to this tool's fp32 one.
-    auto vm = edgellm::tools::make_vulkan_model(*w, to, edgellm::cache::KvType::f16, a.device);
+    auto vm = edgellm::tools::make_vulkan_model(
+        *w, to, edgellm::cache::KvType::f16, a.device,
+        a.vk_gemv.value_or(edgellm::backend::vk::GemvChoice::automatic));
     if (!vm) return fail(vm.error().message);
     if (const int rc = forward(*vm->model); rc != 0) return rc;
 #endif

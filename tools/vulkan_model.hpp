@@ -2,15 +2,18 @@
 // The CLI's `--backend vulkan`: a model::Transformer whose ops and KV cache live on a Vulkan
 // device (backend/vulkan/backend.hpp), together with the device it runs on, or a Session on
 // one (session/vulkan.hpp). Only in builds with
-// the Vulkan backend (EDGELLM_TOOLS_VULKAN); the others say how to get one.
+// the Vulkan backend (EDGELLM_TOOLS_VULKAN); the others say how to get one. --vk-gemv parses
+// in every build (gemv_choice.hpp needs no Vulkan header).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
+#include "edgellm/backend/vulkan/gemv_choice.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/result.hpp"
@@ -32,6 +35,18 @@ inline std::optional<BackendKind> parse_backend(std::string_view s) {
   return std::nullopt;
 }
 
+/// --vk-gemv's values, as the tools' help and errors list them.
+inline constexpr const char* kVkGemvValues = "auto, fp32, int8 or int8-dot";
+
+/// Parses --vk-gemv's value (backend::vk::GemvChoice): the error text when it names none of
+/// kVkGemvValues, naming the flag, else "" with `out` set.
+inline std::string parse_vk_gemv(std::string_view s, backend::vk::GemvChoice& out) {
+  const auto c = backend::vk::parse_gemv_choice(s);
+  if (!c) return "--vk-gemv: '" + std::string(s) + "' is not " + kVkGemvValues;
+  out = *c;
+  return {};
+}
+
 /// Why --backend vulkan cannot run in this build, or "" when it can.
 inline std::string vulkan_unavailable() {
 #if EDGELLM_TOOLS_VULKAN
@@ -50,12 +65,15 @@ inline error with_cpu_fallback(error e) {
 }
 
 /// A Session (edgellm-generate) over `engine` on the Vulkan device `device_index` (or the
-/// backend's rule); errors say how to fall back to --backend cpu.
-inline result<Session> make_vulkan_session(std::shared_ptr<const Engine> engine,
-                                           const SessionOptions& options,
-                                           std::optional<std::uint32_t> device_index) {
+/// backend's rule), its int4 decode GEMVs the `gemv` build (--vk-gemv); errors say how to fall
+/// back to --backend cpu.
+inline result<Session> make_vulkan_session(
+    std::shared_ptr<const Engine> engine, const SessionOptions& options,
+    std::optional<std::uint32_t> device_index,
+    backend::vk::GemvChoice gemv = backend::vk::GemvChoice::automatic) {
   VulkanSessionOptions vo;
   vo.device_options.device_index = device_index;
+  vo.backend_options.gemv = gemv;
   auto s = create_vulkan_session(std::move(engine), options, vo);
   if (!s) return with_cpu_fallback(s.error());
   return s;
@@ -70,11 +88,13 @@ struct VulkanModel {
 
 /// Opens the Vulkan device (`device_index`, or the backend's rule) and assembles `weights` on it
 /// with a KV cache of `kv` (int8 or f16; fp32 has no device format) for options.context_size
-/// positions. Errors say what is missing and how to fall back to --backend cpu.
+/// positions, the int4 decode GEMVs the `gemv` build (automatic reads options.path). Errors say
+/// what is missing and how to fall back to --backend cpu.
 inline result<VulkanModel> make_vulkan_model(
     std::shared_ptr<const model::TransformerWeights> weights,
     const model::TransformerOptions& options, cache::KvType kv,
-    std::optional<std::uint32_t> device_index) {
+    std::optional<std::uint32_t> device_index,
+    backend::vk::GemvChoice gemv = backend::vk::GemvChoice::automatic) {
   namespace vk = backend::vk;
   if (kv == cache::KvType::f32) {
     return make_error(errc::unsupported, "--backend vulkan",
@@ -91,7 +111,10 @@ inline result<VulkanModel> make_vulkan_model(
                                                                      : vk::KvFormat::f16,
                                    c.num_hidden_layers, c.num_key_value_heads, c.head_dim, *ctx);
   if (!cache) return with_cpu_fallback(cache.error());
-  auto b = vk::Backend::create(**dev, VulkanModel::Model::model_shape(c, options.max_batch));
+  vk::BackendOptions bo;
+  bo.gemv = gemv;
+  auto b = vk::Backend::create(**dev, VulkanModel::Model::model_shape(c, options.max_batch),
+                               backend::Options{nullptr, options.path, options.isa, nullptr}, bo);
   if (!b) return with_cpu_fallback(b.error());
   model::TransformerOptions o = options;
   o.context_size = *ctx;

@@ -62,11 +62,20 @@ for extra in "--draft $src/models/kjv-draft-awq" "--draft lookup" "--prompt-cach
   fi
 done
 [ -s "$tmp/prompt.bin" ] && ok "generate --backend vulkan wrote the prompt cache" || fail "no prompt cache written"
+# --vk-gemv int8: the decode GEMVs on W4A8 (its greedy text may part from the fp32 decode's;
+# its logits against the CPU: backend_test.cpp).
+if text=$("$generate" "${gen[@]}" --backend vulkan --vk-gemv int8 --greedy 2>"$tmp/err") && [ -n "$text" ]; then
+  ok "generate --backend vulkan --vk-gemv int8 --greedy prints text"
+else
+  fail "generate --backend vulkan --vk-gemv int8 --greedy" "$(cat "$tmp/err")"
+fi
 
 EXPECT_STREAM=stderr
 expect "generate vulkan: --kv-type f32 has no device format" 1 "f32.*--backend cpu" -- "$generate" "${gen[@]}" --backend vulkan --kv-type f32
 expect "generate vulkan: a device index past the last" 1 "device.*--backend cpu" -- "$generate" "${gen[@]}" --backend vulkan --device 99
 expect "generate: --device without --backend vulkan" 2 "--device: applies to --backend vulkan only" -- "$generate" "${gen[@]}" --device 0
+expect "generate vulkan: --vk-gemv with a bad value" 2 "--vk-gemv: 'fp16' is not auto, fp32, int8 or int8-dot" -- "$generate" "${gen[@]}" --backend vulkan --vk-gemv fp16
+expect "generate: --vk-gemv without --backend vulkan" 2 "--vk-gemv: applies to --backend vulkan only" -- "$generate" "${gen[@]}" --vk-gemv int8
 expect "generate vulkan: --fp32-reference is CPU only" 2 "CPU only" -- "$generate" "${gen[@]}" --backend vulkan --fp32-reference
 expect "vulkan: a bf16 lm_head is refused with a way out" 1 "BF16.*--lm-head int4" -- "$logits" --model "$src/tests/data/model/llama-bf16" --ids 1,2 --out - --backend vulkan --quiet
 expect "vulkan: --lm-head int4 runs the bf16 checkpoint" 0 "^$" -- "$logits" --model "$src/tests/data/model/llama-bf16" --ids 1,2 --out - --backend vulkan --lm-head int4 --quiet
