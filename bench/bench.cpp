@@ -26,7 +26,12 @@
 // model on a Vulkan device (backend/vulkan/backend.hpp, the KV cache on the device, int8 or
 // f16), with membw_gbps / pct_roofline against the Vulkan bandwidth probe on the same device and
 // submits_per_token (queue submissions per decode step: 1 when a step is one command buffer).
-// Rows carry `backend` and `device` (the CPU model, or the driver's device name).
+// Rows carry `backend` and `device` (the CPU model, or the driver's device name), and on the
+// device `gemv`: the int4 decode GEMVs' shader build (vk::Backend::gemv_variant(): subgroup or
+// portable with fp32 activations, int8-dot or int8-portable for W4A8; null on the CPU and for a
+// model without int4 linears). --vk-gemv auto|fp32|int8|int8-dot chooses it (auto: W4A8 where
+// the device accelerates integer dot products and --exact is not given; the prefill of pp stays
+// fp32 either way).
 //
 // --profile: instead of those rows, one tg<N> decode per thread count with every op timed
 // (backend::Profile) and the pool's fork-joins counted; one row per op kind (op: its name,
@@ -42,6 +47,7 @@
 #include <vector>
 
 #include "edgellm/backend/profile.hpp"
+#include "edgellm/backend/vulkan/gemv_choice.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/decode/prompt_cache.hpp"
@@ -173,7 +179,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     out.row({dir, "pp" + std::to_string(P), threads, path, kv_name, pp_tps.median, pp_tps.mean,
              pp_tps.stddev, pp_ms.median, pp_ms.mean, pp_ms.stddev, mb,
              static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
-             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null});
+             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null, bench::null});
 
     // tg: N greedy single-token steps after a 16-token prompt. The read bandwidth is probed
     // before each rep and after the last (this host's drifts by tens of percent between
@@ -228,7 +234,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
              static_cast<long long>(bench::peak_rss_bytes()),
              membw > 0 ? bench::value(membw) : bench::value(),
              roofline_applies ? bench::value(roofline) : bench::value(), weights_state,
-             bench::null, "cpu", bench::cpu_model(), bench::null});
+             bench::null, "cpu", bench::cpu_model(), bench::null, bench::null});
     // start16: from the start of loading to the first token of the 16-token prompt (load time
     // plus that prefill; mlock excluded), the figure an app sees at launch.
     const double start_ms = load_s * 1e3 + ttft_ms;
@@ -238,7 +244,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     out.row({dir, "start" + std::to_string(start.size()), threads, path, kv_name, bench::null,
              bench::null, bench::null, start_ms, load_s * 1e3 + ttft.mean, ttft.stddev, mb,
              static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
-             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null});
+             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null, bench::null});
 
     // Prefix cache: time to first token for a kSystem-token system prompt + a kUser-token user
     // message, cold (both prefilled) and with the system prompt's state restored from an
@@ -271,7 +277,7 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
              bench::null, bench::null, bench::null, warm.median_us / 1e3, warm.mean_us / 1e3,
              warm.stddev_us / 1e3, mb, static_cast<long long>(bench::peak_rss_bytes()),
              bench::null, bench::null, weights_state, cold.median_us / warm.median_us, "cpu",
-             bench::cpu_model(), bench::null});
+             bench::cpu_model(), bench::null, bench::null});
   }
   return 0;
 }
@@ -279,8 +285,9 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
 #if EDGELLM_BENCH_VULKAN
 // --backend vulkan: pp and tg rows of the model on a Vulkan device (see the top of this file).
 int run_model_vulkan(const std::string& dir, const bench::options& opts, std::size_t P,
-                     std::size_t N, model::LoadOptions load, cache::KvType kv,
-                     const std::string& kv_name, int device_index, bench::table& out) {
+                     std::size_t N, bool exact, model::LoadOptions load, cache::KvType kv,
+                     const std::string& kv_name, int device_index, backend::vk::GemvChoice gemv,
+                     bench::table& out) {
   namespace vk = backend::vk;
   if (kv == cache::KvType::f32) {
     bench::note("[vulkan] --kv-type f32: the device caches hold int8 or f16");
@@ -310,17 +317,24 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
   model::TransformerOptions to;
   to.context_size = P + N + 24;
   to.max_batch = std::max<std::size_t>(P, 64);
+  to.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
   const model::ModelConfig& c = w.config;
   auto kvc = vk::KVCache::create(*dev, kv == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16,
                                  c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
                                  to.context_size);
   if (!kvc) return (bench::note("[vulkan] {}", kvc.error().message), 1);
-  auto b = vk::Backend::create(*dev, VkModel::model_shape(c, to.max_batch));
+  vk::BackendOptions bo;
+  bo.gemv = gemv;
+  auto b = vk::Backend::create(*dev, VkModel::model_shape(c, to.max_batch),
+                               backend::Options{nullptr, to.path, to.isa, nullptr}, bo);
   if (!b) return (bench::note("[vulkan] {}", b.error().message), 1);
   auto tr = VkModel::assemble(*weights, to, std::move(*kvc), std::move(*b));
   if (!tr) return (bench::note("[vulkan] {} (run with --backend cpu)", tr.error().message), 1);
-  bench::note("[vulkan] {} on {}: loaded in {:.2f} s, {:.3f} GB read per token", dir, device_name,
-              load_s, static_cast<double>(per_token) / 1e9);
+  const std::string variant = tr->backend().gemv_variant();
+  const bench::value gemv_cell = variant.empty() ? bench::value() : bench::value(variant);
+  bench::note("[vulkan] {} on {}: loaded in {:.2f} s, {:.3f} GB read per token, decode GEMVs {}",
+              dir, device_name, load_s, static_cast<double>(per_token) / 1e9,
+              variant.empty() ? "(no int4 linears)" : variant);
   const int reps = opts.reps_or(opts.quick ? 1 : 3);
   std::vector<std::int32_t> prompt(P);
   for (std::size_t i = 0; i < P; ++i) prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
@@ -346,7 +360,7 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
   out.row({dir, "pp" + std::to_string(P), bench::null, "vulkan", kv_name, pp_tps.median,
            pp_tps.mean, pp_tps.stddev, pp_ms.median, pp_ms.mean, pp_ms.stddev, mb,
            static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
-           "device", bench::null, "vulkan", device_name, bench::null});
+           "device", bench::null, "vulkan", device_name, bench::null, gemv_cell});
   // tg: N greedy steps after a 16-token prompt, the Vulkan probe before each rep and after the
   // last; submissions counted over the steps.
   const std::size_t probe_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
@@ -392,7 +406,7 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
            static_cast<long long>(bench::peak_rss_bytes()),
            membw > 0 ? bench::value(membw) : bench::value(),
            roofline_applies ? bench::value(roofline) : bench::value(), "device", bench::null,
-           "vulkan", device_name, spt});
+           "vulkan", device_name, spt, gemv_cell});
   return 0;
 }
 #endif
@@ -487,6 +501,7 @@ int main(int argc, char** argv) {
   bool profile = false;
   std::string kv = "int8", backend_arg = "cpu";
   int device_index = -1;
+  backend::vk::GemvChoice vk_gemv = backend::vk::GemvChoice::automatic;
   model::LmHeadFormat lm_head = model::LmHeadFormat::int8;  // the CLIs' default
   std::string packed_cache;
   bench::options o;
@@ -529,6 +544,15 @@ int main(int argc, char** argv) {
           flag::number<int>({"--device"}, "N",
                             "Vulkan device index (-1: discrete > integrated > CPU)",
                             device_index, -1, 1024),
+          flag::choice({"--vk-gemv"},
+                       "with --backend vulkan, the int4 decode GEMVs: auto (W4A8 where the\n"
+                       "device accelerates integer dot products, unless --exact), fp32, int8\n"
+                       "(W4A8 everywhere) or int8-dot (refused without integer dot products)",
+                       vk_gemv,
+                       {{"auto", backend::vk::GemvChoice::automatic},
+                        {"fp32", backend::vk::GemvChoice::fp32},
+                        {"int8", backend::vk::GemvChoice::int8},
+                        {"int8-dot", backend::vk::GemvChoice::int8_dot}}),
           flag::boolean({"--profile"},
                         "instead of the timing rows: ms, calls and fork-joins per token\nper "
                         "op kind of a tg decode",
@@ -569,6 +593,10 @@ int main(int argc, char** argv) {
     bench::note("--backend {}: expected cpu or vulkan", backend_arg);
     return 2;
   }
+  if (backend_arg != "vulkan" && o.was_given("--vk-gemv")) {
+    bench::note("--vk-gemv: applies to --backend vulkan only");
+    return 2;
+  }
   if (backend_arg == "vulkan") {
 #if EDGELLM_BENCH_VULKAN
     if (profile) return (bench::note("--profile times the CPU backend's ops; drop --backend vulkan"), 2);
@@ -576,9 +604,10 @@ int main(int argc, char** argv) {
                           "tokens_per_s_mean", "tokens_per_s_stddev", "ttft_ms_median",
                           "ttft_ms_mean", "ttft_ms_stddev", "model_bytes", "peak_rss_bytes",
                           "membw_gbps", "pct_roofline", "weights", "prefix_speedup", "backend",
-                          "device", "submits_per_token"});
+                          "device", "submits_per_token", "gemv"});
     for (const auto& dir : models)
-      if (const int rc = run_model_vulkan(dir, o, P, N, load, *kv_type, kv, device_index, vout);
+      if (const int rc = run_model_vulkan(dir, o, P, N, exact, load, *kv_type, kv, device_index,
+                                          vk_gemv, vout);
           rc != 0)
         return rc;
     return 0;
@@ -591,7 +620,7 @@ int main(int argc, char** argv) {
                        "tokens_per_s_mean", "tokens_per_s_stddev", "ttft_ms_median",
                        "ttft_ms_mean", "ttft_ms_stddev", "model_bytes", "peak_rss_bytes",
                        "membw_gbps", "pct_roofline", "weights", "prefix_speedup", "backend",
-                       "device", "submits_per_token"});
+                       "device", "submits_per_token", "gemv"});
   const std::size_t llc = bench::last_level_cache_bytes();
   for (const auto& dir : models) {
     const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {

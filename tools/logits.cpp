@@ -120,7 +120,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
         return fail("--device: '" + v + "' is not a device index");
       a.device = n;
     } else if (arg == "--vk-gemv") {
-      if (!value(v)) return fail(std::string("--vk-gemv: missing ") + edgellm::tools::kVkGemvValues);
+      if (!value(v))
+        return fail(std::string("--vk-gemv: missing ") + edgellm::tools::kVkGemvValues);
       edgellm::backend::vk::GemvChoice g{};
       if (const std::string why = edgellm::tools::parse_vk_gemv(v, g); !why.empty())
         return fail(why);

@@ -3,9 +3,10 @@
 // Session on the app's Vulkan device generates the tokens a plain decoder over the same device
 // model does; speculative decoding (a draft model, prompt lookup) gives the same greedy tokens
 // as plain decoding; the prompt cache round-trips through a file and refuses a CPU state; a
-// Session that opens its own device and one on an app's adopted handles; errors that name what
-// the device cannot run; out of device memory and a lost device (through a loader that injects
-// them: fault_loader.c) as errors that leave nothing allocated and a Session that goes on.
+// Session that opens its own device and one on an app's adopted handles (the W4A8 decode GEMVs
+// of VulkanSessionOptions::backend_options too); errors that name what the device cannot run;
+// out of device memory and a lost device (through a loader that injects them: fault_loader.c)
+// as errors that leave nothing allocated and a Session that goes on.
 #include "edgellm/session/vulkan.hpp"
 
 #include "backend/vulkan/test_device.hpp"
@@ -203,6 +204,22 @@ TEST_CASE("a Vulkan Session on its own device, on an app's adopted handles; what
     {
       Session s = make_session(**adopted, engine, greedy());
       CHECK(generate_ids(s, kPrompt, 4) == own);
+    }
+    // VulkanSessionOptions::backend_options reaches the models' backends: the adopted device
+    // enables no optional feature, so no shaderIntegerDotProduct; int8_dot is refused by name,
+    // int8 runs the portable W4A8 decode GEMVs.
+    {
+      VulkanSessionOptions vo;
+      vo.device = adopted->get();
+      vo.backend_options.gemv = vk::GemvChoice::int8_dot;
+      auto refused = create_vulkan_session(engine, greedy(), vo);
+      REQUIRE_FALSE(refused);
+      CHECK_THAT(refused.error().message, Catch::Contains("shaderIntegerDotProduct"));
+      vo.backend_options.gemv = vk::GemvChoice::int8;
+      auto s = create_vulkan_session(engine, greedy(), vo);
+      INFO((s ? std::string() : s.error().message));
+      REQUIRE(s);
+      CHECK(generate_ids(*s, kPrompt, 4).size() == 4);
     }
     adopted->reset();  // before the app's device: the adopter destroys nothing of the app's
   }

@@ -61,8 +61,9 @@ edgellm::result<VkModel> make_vk(vk::Device& dev, const WeightsPtr& w, vk::KvFor
 }
 
 template <class Cache>
-Transformer<Cache> make_cpu(const WeightsPtr& w, std::size_t ctx, std::size_t max_batch,
-                            edgellm::kernels::MatmulPath path = edgellm::kernels::MatmulPath::exact) {
+Transformer<Cache> make_cpu(
+    const WeightsPtr& w, std::size_t ctx, std::size_t max_batch,
+    edgellm::kernels::MatmulPath path = edgellm::kernels::MatmulPath::exact) {
   TransformerOptions o;
   o.context_size = ctx;
   o.max_batch = max_batch;

@@ -13,8 +13,8 @@ namespace edgellm::backend::vk {
 enum class GemvChoice {
   automatic,  ///< int8_dot where it pays (path fast, hardware 4x8 dot products), else fp32
   fp32,       ///< fp32 activations: the CPU exact path's math
-  int8,       ///< W4A8: packed integer dot products where the device has them, else int multiply-adds
-  int8_dot,   ///< W4A8 with integer dot products only: refused where shaderIntegerDotProduct is missing
+  int8,       ///< W4A8: integer dot products where the device has them, else int multiply-adds
+  int8_dot,   ///< W4A8 on integer dot products only: refused without shaderIntegerDotProduct
 };
 
 /// --vk-gemv's spelling: auto, fp32, int8, int8-dot.
