@@ -31,7 +31,9 @@ constexpr const char* kUsage =
     "tokenizer.json and cut into --samples blocks of --seqlen tokens (fewer if it is short); "
     "layer\n"
     "by layer, the per-channel scales of q/k/v, o (without GQA), gate/up and down are searched on\n"
-    "those activations, folded, the weights clipped (v, o, gate, up, down) and quantised.\n"
+    "those activations and folded; each group's codes are then chosen on its round-to-nearest\n"
+    "grid with the rounding errors compensated against the same activations (--rounding),\n"
+    "optionally after AutoAWQ's clip search on v, o, gate, up and down (--clip).\n"
     "OUT is written under a temporary name and renamed when complete: AutoAWQ's gemm layout with\n"
     "a quantization_config in config.json (4 bits), or with --fake-quant every linear dequantised\n"
     "to fp16; tokenizer and generation files are copied.\n"
@@ -54,11 +56,13 @@ constexpr const char* kUsage =
     "  --seqlen N           tokens per block (default 512)\n"
     "  --loss-tokens N      tokens the block losses of the scale search use, whole blocks\n"
     "                       (default 4096; 0 = all, AutoAWQ's choice, slower)\n"
-    "  --no-clip            skip the clip search\n"
-    "  --rounding nearest|compensated\n"
-    "                       awq's codes on each group's grid: to nearest (AutoAWQ's), or\n"
-    "                       error-compensated against the calibration inputs (GPTQ's update\n"
-    "                       within each group; same format). Default nearest\n"
+    "  --clip               run AutoAWQ's clip search (off by default: it cost perplexity on\n"
+    "                       every model measured; docs/performance.md)\n"
+    "  --no-clip            no clip search (the default)\n"
+    "  --rounding compensated|nearest\n"
+    "                       awq's codes on each group's grid: error-compensated against the\n"
+    "                       calibration inputs (GPTQ's update within each group; the default),\n"
+    "                       or to nearest (AutoAWQ's); the format is the same\n"
     "  --fake-quant         write dequantised fp16 weights instead of the gemm layout\n"
     "  --force              replace OUT if it exists\n"
     "  -t, --threads N      threads (default 1; at most 4 x the hardware threads, and 256)\n"
@@ -151,6 +155,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       if (a.q.seqlen == 0) return fail(flag + ": must be at least 1");
     } else if (arg == "--loss-tokens") {
       if (!number(a.q.loss_tokens)) return false;
+    } else if (arg == "--clip") {
+      a.q.clip = true;
     } else if (arg == "--no-clip") {
       a.q.clip = false;
     } else if (arg == "--rounding") {

@@ -3,12 +3,14 @@
 # What AWQ is for, on the bundled target made to have activation outliers (issue 19):
 # tools/make_outlier_model.py multiplies a few channels of every RMSNorm weight by a factor and
 # divides the matching input columns of the linears after it, which leaves the float model as it
-# was but makes round-to-nearest int4 lose perplexity. For two factors / channel counts, RTN and
-# AWQ (the scale search, --no-clip; and the default with the clip search) at 4 bits, scored on
-# the first 8,192 held-out tokens against the float outlier model:
-#   * AWQ's mean KL at most 0.5 x RTN's (measured 0.09-0.2 x on the whole text);
-#   * the scale search recovers at least 50 % of the perplexity RTN loses (measured 90-99 % on
-#     the whole text with 32 x 512 calibration tokens; docs/performance.md, "AWQ in C++").
+# was but makes round-to-nearest int4 lose perplexity. For two factors / channel counts, RTN, AWQ
+# with edgellm-quantize's defaults (the scale search, compensated rounding, no clip search) and
+# AutoAWQ's own steps (--rounding nearest --clip) at 4 bits, scored on the first 8,192 held-out
+# tokens against the float outlier model:
+#   * the default recovers at least 70 % of the perplexity RTN loses (issue 19's bar), and both
+#     AWQ runs at least 30 %;
+#   * both AWQ runs' mean KL at most 0.5 x RTN's.
+# docs/performance.md ("AWQ in C++") has the whole-text figures with 32 x 512 calibration tokens.
 # Smaller calibration (8 x 512 tokens) and evaluation than the docs' runs, to fit CI.
 #   awq_outlier_test.sh QUANTIZE_BIN PERPLEXITY_BIN SOURCE_DIR
 set -uo pipefail
@@ -37,8 +39,9 @@ for fc in "64 8" "32 4"; do
   base=$("$ppl" -m "$m" --text "$text" --max-tokens 8192 --fp32-reference --format json \
          --threads 2 --quiet | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["ppl"])')
   "$bin" -m "$m" --out "$m-rtn" --method rtn "${q[@]}" || fail "rtn, factor $1"
-  "$bin" -m "$m" --out "$m-awq" --no-clip "${q[@]}" || fail "awq --no-clip, factor $1"
-  "$bin" -m "$m" --out "$m-awqclip" "${q[@]}" || fail "awq, factor $1"
+  "$bin" -m "$m" --out "$m-awq" "${q[@]}" || fail "awq, factor $1"
+  "$bin" -m "$m" --out "$m-awqclip" --rounding nearest --clip "${q[@]}" ||
+    fail "awq --rounding nearest --clip, factor $1"
   read -r p_rtn k_rtn <<<"$(score "$m-rtn" "$m")"
   read -r p_awq k_awq <<<"$(score "$m-awq" "$m")"
   read -r p_clip k_clip <<<"$(score "$m-awqclip" "$m")"
@@ -47,10 +50,11 @@ import sys
 fp, p_rtn, k_rtn, p_awq, k_awq, p_clip, k_clip = map(float, sys.argv[1:])
 rec = (p_rtn - p_awq) / (p_rtn - fp) if p_rtn > fp else float("nan")
 rec_clip = (p_rtn - p_clip) / (p_rtn - fp) if p_rtn > fp else float("nan")
-ok = p_rtn > fp and rec >= 0.5 and k_awq <= 0.5 * k_rtn and k_clip <= 0.5 * k_rtn
+ok = (p_rtn > fp and rec >= 0.7 and rec_clip >= 0.3 and k_awq <= 0.5 * k_rtn
+      and k_clip <= 0.5 * k_rtn)
 print(("ok" if ok else "bad") + f" ppl fp {fp:.3f} rtn {p_rtn:.3f} awq {p_awq:.3f} (recovered"
-      f" {100 * rec:.0f} %) awq+clip {p_clip:.3f} ({100 * rec_clip:.0f} %); KL rtn {k_rtn:.3g}"
-      f" awq {k_awq:.3g} ({k_awq / k_rtn:.2f} x) awq+clip {k_clip:.3g} ({k_clip / k_rtn:.2f} x)")
+      f" {100 * rec:.0f} %) nearest+clip {p_clip:.3f} ({100 * rec_clip:.0f} %); KL rtn {k_rtn:.3g}"
+      f" awq {k_awq:.3g} ({k_awq / k_rtn:.2f} x) nearest+clip {k_clip:.3g} ({k_clip / k_rtn:.2f} x)")
 PY
   )
   case "$verdict" in

@@ -152,6 +152,32 @@ TEST_CASE("quantize_model awq lowers the calibration error of 4-bit layers", "[a
       CHECK(q.q4->q == b->layers[l].linears[i].q4->q);
       CHECK(q.q4->scale == b->layers[l].linears[i].q4->scale);
     }
+  // The default compensated rounding keeps the grids round-to-nearest chooses (same scales and
+  // zeros as Rounding::nearest) and picks other codes on them.
+  QuantizeOptions nearest = small_options(QuantMethod::awq);
+  nearest.rounding = Rounding::nearest;
+  auto c = quantize_model(dir, tokens, nearest);
+  REQUIRE(c);
+  std::size_t differing = 0;
+  for (std::size_t l = 0; l < a->layers.size(); ++l)
+    for (std::size_t i = 0; i < 7; ++i) {
+      const auto& qa = *a->layers[l].linears[i].q4;
+      const auto& qc = *c->layers[l].linears[i].q4;
+      CHECK(qa.scale == qc.scale);
+      CHECK(qa.zero == qc.zero);
+      for (std::size_t j = 0; j < qa.q.size(); ++j) differing += qa.q[j] != qc.q[j];
+    }
+  CHECK(differing > 0);
+  // The clip search runs when asked, and clips: some weight moves.
+  QuantizeOptions clip = nearest;
+  clip.clip = true;
+  auto d = quantize_model(dir, tokens, clip);
+  REQUIRE(d);
+  bool moved = false;
+  for (std::size_t l = 0; l < c->layers.size(); ++l)
+    for (std::size_t i = 0; i < 7; ++i)
+      moved = moved || c->layers[l].linears[i].weight != d->layers[l].linears[i].weight;
+  CHECK(moved);
 }
 
 TEST_CASE("quantize_model refuses bad inputs with clear errors", "[awq_model]") {

@@ -57,7 +57,7 @@ TEST_CASE("compensated codes keep the grid, round to nearest for uncorrelated in
     std::vector<float> x(k * k, 0.0f);
     for (std::size_t t = 0; t < k; ++t) x[t * k + t] = 0.5f + float(t % 7);
     kernels::UnpackedQ4 u = *rtn;
-    REQUIRE(compensate_codes(u, w, x, k));
+    REQUIRE(compensate_codes(u, w, input_grams(x, k, k, G)));
     CHECK(u.q == rtn->q);
     CHECK(u.scale == rtn->scale);
     CHECK(u.zero == rtn->zero);
@@ -67,7 +67,7 @@ TEST_CASE("compensated codes keep the grid, round to nearest for uncorrelated in
           "the same codes on any thread count") {
     const std::vector<float> x = correlated_inputs(rng, m, k);
     kernels::UnpackedQ4 u = *rtn;
-    REQUIRE(compensate_codes(u, w, x, m));
+    REQUIRE(compensate_codes(u, w, input_grams(x, m, k, G)));
     CHECK(u.scale == rtn->scale);
     CHECK(u.zero == rtn->zero);
     for (auto q : u.q) REQUIRE(q <= 15);
@@ -80,7 +80,7 @@ TEST_CASE("compensated codes keep the grid, round to nearest for uncorrelated in
     auto pool = ThreadPool::create(2);
     REQUIRE(pool);
     kernels::UnpackedQ4 u2 = *rtn;
-    REQUIRE(compensate_codes(u2, w, x, m, {}, pool->get()));
+    REQUIRE(compensate_codes(u2, w, input_grams(x, m, k, G, pool->get()), {}, pool->get()));
     CHECK(u2.q == u.q);
   }
 
@@ -89,7 +89,7 @@ TEST_CASE("compensated codes keep the grid, round to nearest for uncorrelated in
     for (std::size_t t = 0; t < m; ++t)
       for (std::size_t c = 0; c < G; ++c) x[t * k + c] = 0.0f;  // group 0 never sees an input
     kernels::UnpackedQ4 u = *rtn;
-    REQUIRE(compensate_codes(u, w, x, m));
+    REQUIRE(compensate_codes(u, w, input_grams(x, m, k, G)));
     for (std::size_t r = 0; r < n; ++r)
       for (std::size_t c = 0; c < G; ++c) REQUIRE(u.q[r * k + c] == rtn->q[r * k + c]);
   }
@@ -97,12 +97,13 @@ TEST_CASE("compensated codes keep the grid, round to nearest for uncorrelated in
   SECTION("shapes that disagree are refused by name") {
     const std::vector<float> x = correlated_inputs(rng, m, k);
     kernels::UnpackedQ4 u = *rtn;
-    auto st = compensate_codes(u, std::span(w).first(k), x, m);
+    const std::vector<float> gram = input_grams(x, m, k, G);
+    auto st = compensate_codes(u, std::span(w).first(k), gram);
     REQUIRE_FALSE(st);
     CHECK(st.error().message.find("w: size") != std::string::npos);
-    st = compensate_codes(u, w, std::span(x).first(k * 3), m);
+    st = compensate_codes(u, w, std::span(gram).first(G * G));
     REQUIRE_FALSE(st);
-    CHECK(st.error().message.find("x: size") != std::string::npos);
+    CHECK(st.error().message.find("gram: size") != std::string::npos);
     CHECK(u.q == rtn->q);  // untouched
   }
 }
@@ -116,7 +117,7 @@ TEST_CASE("compensated fake quantisation stays on the 3-bit grid and cuts the ou
   const std::vector<float> x = correlated_inputs(rng, m, k);
   std::vector<float> nearest = w, comp = w;
   REQUIRE(fake_quantize(nearest, n, k, spec));
-  REQUIRE(compensate_fake_quantize(comp, n, k, spec, x, m));
+  REQUIRE(compensate_fake_quantize(comp, n, k, spec, input_grams(x, m, k, spec.group)));
   // Each group's values are (q - z) s on the grid fake_quantize_group chooses for the original
   // group: q an integer in [0, 7].
   for (std::size_t base = 0; base < n * k; base += spec.group) {
@@ -139,7 +140,7 @@ TEST_CASE("compensated fake quantisation stays on the 3-bit grid and cuts the ou
   INFO("output error: round to nearest " << e_near << ", compensated " << e_comp);
   CHECK(e_comp < 0.5 * e_near);
 
-  auto st = compensate_fake_quantize(comp, n, k, QuantSpec{8, 64, true}, x, m);
+  auto st = compensate_fake_quantize(comp, n, k, QuantSpec{8, 64, true}, input_grams(x, m, k, 64));
   REQUIRE_FALSE(st);
   CHECK(st.error().message.find("asymmetric") != std::string::npos);
 }

@@ -2,8 +2,10 @@
 // AWQ over a whole Llama / Qwen2 / Qwen3 / Mistral checkpoint (../shared/docs/formats.md 1.6):
 // layer by layer, one layer's weights in fp32 at a time, the layer is run in fp32 on the
 // calibration activations, the scale searches of quant/awq_search.hpp run on its four scaling
-// groups, the scales are folded, the clip search runs on v/o/gate/up/down, and the linears are
-// quantised. The next layer's input is this layer's output with the ORIGINAL weights (AutoAWQ),
+// groups, the scales are folded, the clip search runs on v/o/gate/up/down (when asked), and the
+// linears are quantised: on each group's round-to-nearest grid, with the rounding errors
+// compensated against the layer's calibration inputs (quant/compensated_rounding.hpp) unless
+// Rounding::nearest asks for AutoAWQ's plain rounding. The next layer's input is this layer's output with the ORIGINAL weights (AutoAWQ),
 // so quantisation error is not propagated. Writing the result is quant/awq_output.hpp.
 //
 // Memory: the checkpoint stays mmapped; besides one layer's fp32 weights the pipeline holds the
@@ -41,8 +43,9 @@
 
 namespace edgellm::quant {
 
-/// awq: scale search, folding, clip search, then quantisation; rtn: round-to-nearest of the
-/// original weights (no search, no clip), the baseline.
+/// awq: scale search, folding, the clip search (QuantizeOptions::clip), then quantisation
+/// (QuantizeOptions::rounding); rtn: round-to-nearest of the original weights (no search, no
+/// clip, no compensation), the baseline.
 enum class QuantMethod { awq, rtn };
 
 /// How awq chooses the codes on each group's grid: nearest (AutoAWQ's), or compensated
@@ -71,8 +74,10 @@ struct QuantizeOptions {
   /// at least one); 0 = all. Bounds the search's time: each loss is evaluated 21 times per group.
   /// x_mean always uses every calibration token.
   std::size_t loss_tokens = 4096;
-  bool clip = true;  ///< AutoAWQ's clip search (awq only)
-  Rounding rounding = Rounding::nearest;  ///< awq only
+  /// AutoAWQ's clip search (awq only). Off by default: with either rounding it lowered the
+  /// output error it scores but cost perplexity on every model measured (docs/performance.md).
+  bool clip = false;
+  Rounding rounding = Rounding::compensated;  ///< awq only
   CompensationOptions compensation;
   ScaleSearchOptions scale_search;
   ClipSearchOptions clip_search;
@@ -416,13 +421,8 @@ struct Capture {
     return m;
   }
   /// The clip tokens' inputs divided by s (the scaled problem the clip search sees).
-  std::vector<float> clip_scaled(std::span<const float> s) const { return scaled(clip, s); }
-  /// The loss tokens' inputs divided by s (what compensated rounding weighs errors with).
-  std::vector<float> loss_scaled(std::span<const float> s) const { return scaled(loss, s); }
-
- private:
-  std::vector<float> scaled(const std::vector<float>& x, std::span<const float> s) const {
-    std::vector<float> out = x;
+  std::vector<float> clip_scaled(std::span<const float> s) const {
+    std::vector<float> out = clip;
     for (std::size_t i = 0; i < out.size(); ++i) out[i] /= s[i % k];
     return out;
   }
@@ -551,8 +551,9 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       cap[i].k = cap_k[i];
       cap[i].abs_sum.assign(cap_k[i], 0.0);
     }
-    // Inputs of each group of linears divided by its folded scales (compensated rounding).
-    std::vector<float> comp_x[4];
+    // The Gram matrices of each captured input, divided by its folded scales (compensated
+    // rounding): H_ij / (s_i s_j) is the Gram of the scaled inputs x / s.
+    std::vector<float> grams[4];
     const bool compensate = awq && opt.rounding == Rounding::compensated;
     // The forward pass, one sample block at a time, with the original weights.
     {
@@ -662,8 +663,17 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
           apply_clip(W.w[i], W.n[i], W.k[i], opt.spec.group, *mv);
         }
       }
-      if (compensate)
-        for (int i = 0; i < 4; ++i) comp_x[i] = cap[i].loss_scaled(s[i]);
+      if (compensate) {
+        const std::size_t G = opt.spec.group;
+        for (int j = 0; j < 4; ++j) {
+          const std::size_t k = cap[j].k;
+          grams[j] = input_grams(cap[j].loss, cap[j].loss.size() / k, k, G, pool);
+          for (std::size_t g = 0; g < k / G; ++g)
+            for (std::size_t a = 0; a < G; ++a)
+              for (std::size_t b = 0; b < G; ++b)
+                grams[j][(g * G + a) * G + b] /= s[j][g * G + a] * s[j][g * G + b];
+        }
+      }
     }
 
     // Quantise.
@@ -692,19 +702,16 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       } else if (ql.spec.bits == 4) {
         auto q = kernels::quantize_rtn(W.w[i], W.n[i], W.k[i], opt.spec.group);
         if (!q) return named(q.error());
-        if (compensate) {
-          const auto& xi = comp_x[detail::kInputOf[i]];
-          if (auto st = compensate_codes(*q, W.w[i], xi, xi.size() / W.k[i], opt.compensation,
+        if (compensate)
+          if (auto st = compensate_codes(*q, W.w[i], grams[detail::kInputOf[i]], opt.compensation,
                                          pool);
               !st)
             return named(st.error());
-        }
         ql.weight = kernels::dequantize(*q);
         ql.q4 = std::move(*q);
       } else if (compensate && !ql.spec.kept() && !ql.spec.symmetric) {
-        const auto& xi = comp_x[detail::kInputOf[i]];
-        if (auto st = compensate_fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec, xi,
-                                               xi.size() / W.k[i], opt.compensation, pool);
+        if (auto st = compensate_fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec,
+                                               grams[detail::kInputOf[i]], opt.compensation, pool);
             !st)
           return named(st.error());
         ql.weight = std::move(W.w[i]);

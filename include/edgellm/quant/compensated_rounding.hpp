@@ -117,24 +117,31 @@ inline void round_group(const float* w, std::size_t G, const double* U, float s,
 
 }  // namespace detail
 
+/// The Gram matrices [k / G][G][G] of all m rows of X [m][k] (group_grams over every token):
+/// what the functions below weigh rounding errors with. Linears that share an input share them.
+inline std::vector<float> input_grams(std::span<const float> x, std::size_t m, std::size_t k,
+                                      std::size_t G, ThreadPool* pool = nullptr) {
+  std::vector<std::size_t> tokens(m);
+  for (std::size_t t = 0; t < m; ++t) tokens[t] = t;
+  return group_grams(x, k, G, tokens, pool);
+}
+
 /// Re-chooses the codes of `u` (the round-to-nearest quantisation of W [n][k], whose scales and
-/// zeros stay) by error-compensated rounding against W's inputs X [m][k]. Groups split over pool;
-/// the result does not depend on the thread count. Errors: shapes that disagree.
+/// zeros stay) by error-compensated rounding against the Gram matrices `gram` [k / G][G][G] of
+/// W's inputs (input_grams). Groups split over pool; the result does not depend on the thread
+/// count. Errors: shapes that disagree (nothing changed).
 inline status compensate_codes(kernels::UnpackedQ4& u, std::span<const float> w,
-                               std::span<const float> x, std::size_t m,
+                               std::span<const float> gram,
                                const CompensationOptions& options = {},
                                ThreadPool* pool = nullptr) {
   constexpr std::string_view where = "quant::compensate_codes";
   const std::size_t n = u.n, k = u.k, G = u.group_size;
-  if (w.size() != n * k || x.size() != m * k || m == 0 || G == 0 || k % G != 0)
+  if (G == 0 || k % G != 0 || w.size() != n * k || gram.size() != k * G)
     return make_error(errc::shape_mismatch, where,
                       "w: size " + std::to_string(w.size()) + " (n * k = " +
-                          std::to_string(n * k) + "), x: size " + std::to_string(x.size()) +
-                          " (m * k = " + std::to_string(m * k) + "), m must be > 0");
+                          std::to_string(n * k) + "), gram: size " + std::to_string(gram.size()) +
+                          " (k / G groups of G x G = " + std::to_string(k * G) + ")");
   const std::size_t ng = k / G;
-  std::vector<std::size_t> tokens(m);
-  for (std::size_t t = 0; t < m; ++t) tokens[t] = t;
-  const std::vector<float> gram = group_grams(x, k, G, tokens, pool);
   parallel_for_balanced(pool, ng, 1, [&](std::size_t g0, std::size_t g1) {
     std::vector<double> U(G * G);
     for (std::size_t g = g0; g < g1; ++g) {
@@ -153,24 +160,21 @@ inline status compensate_codes(kernels::UnpackedQ4& u, std::span<const float> w,
 /// As compensate_codes for an asymmetric grid of any width (spec.bits 2..8, not symmetric): W [n][k]
 /// is replaced in place by the dequantised values (q - z) s, on fake_quantize_group's grid.
 inline status compensate_fake_quantize(std::span<float> w, std::size_t n, std::size_t k,
-                                       const QuantSpec& spec, std::span<const float> x,
-                                       std::size_t m, const CompensationOptions& options = {},
+                                       const QuantSpec& spec, std::span<const float> gram,
+                                       const CompensationOptions& options = {},
                                        ThreadPool* pool = nullptr) {
   constexpr std::string_view where = "quant::compensate_fake_quantize";
   if (auto st = check_spec(spec, k, where); !st) return st;
   if (spec.kept() || spec.symmetric)
     return make_error(errc::invalid_argument, where,
                       "spec: an asymmetric grid of 2 to 8 bits (not kept, not symmetric)");
-  if (w.size() != n * k || x.size() != m * k || m == 0)
+  const std::size_t G = spec.group, ng = k / G;
+  if (w.size() != n * k || gram.size() != k * G)
     return make_error(errc::shape_mismatch, where,
                       "w: size " + std::to_string(w.size()) + " (n * k = " +
-                          std::to_string(n * k) + "), x: size " + std::to_string(x.size()) +
-                          " (m * k = " + std::to_string(m * k) + "), m must be > 0");
-  const std::size_t G = spec.group, ng = k / G;
+                          std::to_string(n * k) + "), gram: size " + std::to_string(gram.size()) +
+                          " (k / G groups of G x G = " + std::to_string(k * G) + ")");
   const float mc = float(spec.max_code());
-  std::vector<std::size_t> tokens(m);
-  for (std::size_t t = 0; t < m; ++t) tokens[t] = t;
-  const std::vector<float> gram = group_grams(x, k, G, tokens, pool);
   parallel_for_balanced(pool, ng, 1, [&](std::size_t g0, std::size_t g1) {
     std::vector<double> U(G * G);
     std::vector<std::uint8_t> q(G);
