@@ -99,8 +99,14 @@ struct WorkingSet {
   std::string name;
 };
 
-WorkingSet gemv_working_set(const std::vector<std::size_t>& gemv_shape, bool quick) {
+WorkingSet gemv_working_set(const std::vector<std::size_t>& gemv_shape, bool quick,
+                            bool attention_only = false) {
   if (!gemv_shape.empty()) return {{{gemv_shape[0], gemv_shape[1]}}, 1, "single"};
+  // Qwen2-7B's attention linears alone (q, k, v, o of 28 layers, ~0.8 GB in int8): the int8 part
+  // of an attention-int8 / MLP-int4 checkpoint's decode (edgellm-quantize --modules-bits
+  // self_attn=8).
+  if (attention_only && !quick)
+    return {{{3584, 3584}, {512, 3584}, {512, 3584}, {3584, 3584}}, 28, "qwen2-7b-attn-28x4"};
   // Smoke run: two layers of a 1/4-width model (~40 MB), still past L2.
   if (quick)
     return {{{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4736, 896}, {4736, 896}, {896, 4736}},
@@ -122,6 +128,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1};
   std::size_t group = 128;
   bool lock = true, read_row = false;
+  std::string set_arg = "decode";
   bench::options opts;
   using bench::flag;
   constexpr std::size_t kMaxDim = std::size_t{1} << 24;
@@ -147,6 +154,11 @@ int main(int argc, char** argv) {
           flag::list<std::size_t>({"--gemm"}, "M,N,K", "GEMM shape", gemm_shape, 1, kMaxDim),
           flag::number<std::size_t>({"--group"}, "G", "group size 32|64|128", group, 1, 4096),
           flag::boolean({"--no-lock"}, "do not mlock the weights", lock, false),
+          flag::string({"--set"}, "decode|attention",
+                       "the GEMV working set without --gemv: Qwen2-7B's decode matrices (q, k, v,\n"
+                       "o, gate, up, down of 28 layers), or its attention linears alone (the\n"
+                       "int8 part of an attention-8 / MLP-4 mix)",
+                       set_arg),
           flag::boolean({"--read-row"},
                         "after each GEMV case, time a plain read of the same weights (op\n"
                         "read_weights[_q8]) in alternation with GEMV passes (op gemv[_q8]_vs_read,\n"
@@ -164,6 +176,10 @@ int main(int argc, char** argv) {
       "int4 GEMV (decode) and GEMM (prefill) speed against the measured read bandwidth.");
   if (weights_arg != "int4" && weights_arg != "int8" && weights_arg != "all") {
     bench::note("{}: --weights {}: expected int4, int8 or all", argv[0], weights_arg);
+    return 2;
+  }
+  if (set_arg != "decode" && set_arg != "attention") {
+    bench::note("{}: --set {}: expected decode or attention", argv[0], set_arg);
     return 2;
   }
   if (backend_arg != "cpu" && backend_arg != "vulkan" && backend_arg != "all") {
@@ -223,7 +239,7 @@ int main(int argc, char** argv) {
     const char* op_sweep = kInt8 ? "gemm_q8_sweep" : "gemm_sweep";
     const char* op_read = kInt8 ? "read_weights_q8" : "read_weights";
     const char* op_alt = kInt8 ? "gemv_q8_vs_read" : "gemv_vs_read";
-    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
+    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick, set_arg == "attention");
     const std::vector<Shape>& shapes = set.shapes;
     const std::string& case_name = set.name;
     const std::size_t layers = set.layers;
@@ -468,7 +484,7 @@ int main(int argc, char** argv) {
     auto dev = bench::vulkan::open_device(device_index, rc);
     if (!dev) return rc;
     const vk::DeviceInfo& info = dev->info();
-    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick);
+    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick, set_arg == "attention");
     // fp32 activations (the exact path), then int8 (the fast path) with integer dot products
     // where the device has them and with plain int multiply-adds.
     std::vector<vk::GemvQ4Options> builds;

@@ -23,11 +23,12 @@ grep -q '"quant_method":"awq"' "$tmp/awq/config.json" && ok "quantization_config
 [ -f "$tmp/awq/tokenizer.json" ] && ok "tokenizer copied" || fail "tokenizer copied"
 expect "awq output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/awq" --text "$text" \
   --max-tokens 128 --ctx 64 --quiet --format json
-expect "awq --rounding compensated" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" \
-  --out "$tmp/comp" --rounding compensated "${small[@]}"
-cmp -s "$tmp/awq/model.safetensors" "$tmp/comp/model.safetensors" &&
-  fail "compensated codes differ from nearest" || ok "compensated codes differ from nearest"
-expect "compensated output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/comp" --text "$text" \
+expect "awq --rounding nearest --clip (AutoAWQ's steps)" 0 '^$' -- "$bin" -m "$fp16" \
+  --calib "$calib" --out "$tmp/near" --rounding nearest --clip "${small[@]}"
+cmp -s "$tmp/awq/model.safetensors" "$tmp/near/model.safetensors" &&
+  fail "the default (compensated) differs from nearest" ||
+  ok "the default (compensated) differs from nearest"
+expect "nearest output scores" 0 '"ppl":[0-9]' -- "$ppl" -m "$tmp/near" --text "$text" \
   --max-tokens 128 --ctx 64 --quiet --format json
 expect "rtn --fake-quant --bits 3" 0 '^$' -- "$bin" -m "$fp16" --calib "$calib" \
   --out "$tmp/rtn3" --method rtn --bits 3 --fake-quant "${small[@]}"
