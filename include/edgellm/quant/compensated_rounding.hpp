@@ -40,6 +40,24 @@ struct CompensationOptions {
 
 namespace detail {
 
+/// In place: the lower triangle of A [G][G] (symmetric, row-major) becomes L with A = L L^T
+/// (the upper triangle is left as it was). False when A is not positive definite.
+inline bool cholesky_lower(std::vector<double>& A, std::size_t G) {
+  for (std::size_t j = 0; j < G; ++j) {
+    double d = A[j * G + j];
+    for (std::size_t p = 0; p < j; ++p) d -= A[j * G + p] * A[j * G + p];
+    if (!(d > 0.0)) return false;
+    d = std::sqrt(d);
+    A[j * G + j] = d;
+    for (std::size_t i = j + 1; i < G; ++i) {
+      double v = A[i * G + j];
+      for (std::size_t p = 0; p < j; ++p) v -= A[i * G + p] * A[j * G + p];
+      A[i * G + j] = v / d;
+    }
+  }
+  return true;
+}
+
 /// In place: H [G][G] (symmetric, row-major, double) becomes U, the upper triangular factor with
 /// U^T U = (H + lambda I)^-1. False when H + lambda I is not positive definite (an all-zero
 /// group of inputs: lambda = 0), and then the caller rounds to nearest.
@@ -53,19 +71,7 @@ inline bool inverse_cholesky_upper(std::vector<double>& H, std::size_t G, double
     if (H[i * G + i] == 0.0) H[i * G + i] = mean_diag > 0.0 ? mean_diag : 1.0;
     H[i * G + i] += lambda;
   }
-  // Cholesky H = L L^T (L in the lower triangle).
-  for (std::size_t j = 0; j < G; ++j) {
-    double d = H[j * G + j];
-    for (std::size_t p = 0; p < j; ++p) d -= H[j * G + p] * H[j * G + p];
-    if (!(d > 0.0)) return false;
-    d = std::sqrt(d);
-    H[j * G + j] = d;
-    for (std::size_t i = j + 1; i < G; ++i) {
-      double v = H[i * G + j];
-      for (std::size_t p = 0; p < j; ++p) v -= H[i * G + p] * H[j * G + p];
-      H[i * G + j] = v / d;
-    }
-  }
+  if (!cholesky_lower(H, G)) return false;  // H = L L^T
   // Linv = L^-1 (lower), then A = H^-1 = Linv^T Linv.
   std::vector<double> Li(G * G, 0.0);
   for (std::size_t j = 0; j < G; ++j) {
@@ -84,18 +90,7 @@ inline bool inverse_cholesky_upper(std::vector<double>& H, std::size_t G, double
       A[i * G + j] = A[j * G + i] = v;
     }
   // U = the upper factor of A: A = U^T U, i.e. the transpose of A's lower Cholesky factor.
-  for (std::size_t j = 0; j < G; ++j) {
-    double d = A[j * G + j];
-    for (std::size_t p = 0; p < j; ++p) d -= A[j * G + p] * A[j * G + p];
-    if (!(d > 0.0)) return false;
-    d = std::sqrt(d);
-    A[j * G + j] = d;
-    for (std::size_t i = j + 1; i < G; ++i) {
-      double v = A[i * G + j];
-      for (std::size_t p = 0; p < j; ++p) v -= A[i * G + p] * A[j * G + p];
-      A[i * G + j] = v / d;
-    }
-  }
+  if (!cholesky_lower(A, G)) return false;
   for (std::size_t i = 0; i < G; ++i)
     for (std::size_t j = 0; j < G; ++j) H[i * G + j] = j >= i ? A[j * G + i] : 0.0;
   return true;

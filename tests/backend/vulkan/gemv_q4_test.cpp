@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -24,6 +25,24 @@ namespace test_backend_vulkan_gemv_q4 {
 namespace vk = edgellm::backend::vk;
 namespace kernels = edgellm::kernels;
 
+struct Shape {
+  std::size_t n, k;
+  test::GroupKind kind;
+  std::size_t group = 128;
+};
+// Odd n (a partial last tile), k = 128 m, m = 1 .. 9 (so k is not a multiple of the workgroup's
+// stride over code words), extreme and all-zero groups; groups of 64 and 32; 65 and 70 groups
+// (more than the 64 invocations of a workgroup, so some take two groups).
+const Shape kShapes[] = {{1, 128, test::GroupKind::random},
+                         {37, 384, test::GroupKind::random},
+                         {45, 1152, test::GroupKind::extreme},
+                         {17, 640, test::GroupKind::all_zero},
+                         {301, 256, test::GroupKind::random},
+                         {33, 192, test::GroupKind::random, 64},
+                         {19, 96, test::GroupKind::extreme, 32},
+                         {21, 128 * 65, test::GroupKind::random},
+                         {35, 32 * 70, test::GroupKind::extreme, 32}};
+
 TEST_CASE("the Vulkan int4 GEMV matches the scalar twin", "[vulkan][gemv_q4]") {
   std::shared_ptr<const vk::ValidationLog> log;
   {
@@ -31,23 +50,7 @@ TEST_CASE("the Vulkan int4 GEMV matches the scalar twin", "[vulkan][gemv_q4]") {
     if (!dev) return;
     log = dev->validation_log();
     auto rng = test::make_rng(18);
-    struct Shape {
-      std::size_t n, k;
-      test::GroupKind kind;
-      std::size_t group = 128;
-    };
-    // Odd n (a partial last tile), k = 128 m, m = 1 .. 9 (so k is not a multiple of the
-    // workgroup's stride over code words), extreme and all-zero groups; groups of 64 and 32;
-    // 65 and 70 groups (more than the 64 invocations of a workgroup, so some take two groups).
-    const Shape shapes[] = {{1, 128, test::GroupKind::random},
-                            {37, 384, test::GroupKind::random},
-                            {45, 1152, test::GroupKind::extreme},
-                            {17, 640, test::GroupKind::all_zero},
-                            {301, 256, test::GroupKind::random},
-                            {33, 192, test::GroupKind::random, 64},
-                            {19, 96, test::GroupKind::extreme, 32},
-                            {21, 128 * 65, test::GroupKind::random},
-                            {35, 32 * 70, test::GroupKind::extreme, 32}};
+    const auto& shapes = kShapes;
     struct Run {
       bool staged, portable;
     };
@@ -315,24 +318,10 @@ TEST_CASE("the Vulkan W4A8 GEMV matches the CPU fast path", "[vulkan][gemv_q4][i
     if (!dev) return;
     log = dev->validation_log();
     auto rng = test::make_rng(22);
-    struct Shape {
-      std::size_t n, k;
-      test::GroupKind kind;
-      std::size_t group = 128;
-    };
-    // Odd n (partial tiles), k = G (one group), several groups, more groups than a workgroup's
-    // 64 invocations, extreme and all-zero weight groups, G = 32, 64, 128.
-    const Shape shapes[] = {{1, 128, test::GroupKind::random},
-                            {29, 64, test::GroupKind::random, 64},
-                            {13, 32, test::GroupKind::extreme, 32},
-                            {37, 384, test::GroupKind::random},
-                            {45, 1152, test::GroupKind::extreme},
-                            {17, 640, test::GroupKind::all_zero},
-                            {301, 256, test::GroupKind::random},
-                            {33, 192, test::GroupKind::random, 64},
-                            {19, 96, test::GroupKind::extreme, 32},
-                            {21, 128 * 65, test::GroupKind::random},
-                            {35, 32 * 70, test::GroupKind::extreme, 32}};
+    // kShapes, and k = G (one group) at G = 64 and 32.
+    std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+    shapes.push_back({29, 64, test::GroupKind::random, 64});
+    shapes.push_back({13, 32, test::GroupKind::extreme, 32});
     for (const bool dot : int8_builds(*dev)) {
       for (const auto& s : shapes) {
         INFO("n " << s.n << ", k " << s.k << ", group " << s.group
