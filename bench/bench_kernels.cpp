@@ -24,6 +24,12 @@
 // spirv-portable); path fast, int8 activations (W4A8: a quantise dispatch before each matrix's
 // GEMV), spirv-int8-dot where the device has shaderIntegerDotProduct and spirv-int8-portable
 // on every device. Each build uploads the working set again and has its own pair of probes.
+//
+// --op gemm_f32: the fp32 GEMM of the AWQ search (kernels/gemm_f32.hpp: W packed into panels,
+// broadcast register blocks; path "panels") against the dense kernel it replaced there
+// (kernels/dense_matmul.hpp, path "dense"), same shape and pool, in one run: the ratio of the
+// rows' gflops is the speed-up (also on stderr). Default shape: Qwen2-0.5B's gate_proj over the
+// search's 4,096 loss tokens (--gemm-f32 M,N,K). Compute-bound: gflops is the figure.
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
@@ -35,6 +41,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "edgellm/kernels/dense_matmul.hpp"
+#include "edgellm/kernels/gemm_f32.hpp"
 #include "edgellm/kernels/gemm_q8.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/thread_pool.hpp"
@@ -125,7 +133,8 @@ int main(int argc, char** argv) {
   std::string op = "all", path_arg = "all", isa_arg = "best", weights_arg = "int4",
               backend_arg = "cpu";
   int device_index = -1;  // -1: the Vulkan backend's device rule
-  std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1};
+  std::vector<std::size_t> gemv_shape, gemm_shape{512, 4096, 4096}, sweep_rows{1},
+      gemm_f32_shape{4096, 4864, 896};
   std::size_t group = 128;
   bool lock = true, read_row = false;
   std::string set_arg = "decode";
@@ -135,7 +144,8 @@ int main(int argc, char** argv) {
   bench::parse_options(
       argc, argv, opts,
       {
-          flag::string({"--op"}, "gemv|gemm|all", "which kernels", op),
+          flag::string({"--op"}, "gemv|gemm|gemm_f32|all",
+                       "which kernels (all: gemv and gemm; gemm_f32 only when named)", op),
           flag::string({"--path"}, "exact|fast|all", "which paths", path_arg),
           flag::string({"--weights"}, "int4|int8|all",
                        "GEMV weight format: int4 (ops gemv, gemm_sweep) or int8\n"
@@ -152,6 +162,8 @@ int main(int argc, char** argv) {
                                   "of m - 1 drafted tokens does; cost_vs_m1 compares with m = 1",
                                   sweep_rows, 1, 4096),
           flag::list<std::size_t>({"--gemm"}, "M,N,K", "GEMM shape", gemm_shape, 1, kMaxDim),
+          flag::list<std::size_t>({"--gemm-f32"}, "M,N,K", "fp32 GEMM shape (op gemm_f32)",
+                                  gemm_f32_shape, 1, kMaxDim),
           flag::number<std::size_t>({"--group"}, "G", "group size 32|64|128", group, 1, 4096),
           flag::boolean({"--no-lock"}, "do not mlock the weights", lock, false),
           flag::string({"--set"}, "decode|attention",
@@ -193,10 +205,16 @@ int main(int argc, char** argv) {
   }
 #endif
   const bool on_cpu = backend_arg != "vulkan";
+  if (op != "gemv" && op != "gemm" && op != "gemm_f32" && op != "all") {
+    bench::note("{}: --op {}: expected gemv, gemm, gemm_f32 or all", argv[0], op);
+    return 2;
+  }
   if ((!gemv_shape.empty() && gemv_shape.size() != 2) || gemm_shape.size() != 3 ||
+      gemm_f32_shape.size() != 3 ||
       !is_supported_group_size(group) || sweep_rows.empty() ||
       std::find(sweep_rows.begin(), sweep_rows.end(), 0) != sweep_rows.end()) {
-    bench::note("{}: bad --gemv (N,K), --gemm (M,N,K) or --group (32, 64 or 128)", argv[0]);
+    bench::note("{}: bad --gemv (N,K), --gemm or --gemm-f32 (M,N,K) or --group (32, 64 or 128)",
+                argv[0]);
     return 2;
   }
 
@@ -568,6 +586,62 @@ int main(int argc, char** argv) {
                    t.mean_us, t.stddev_us, t.min_us, gflops, gbps, bench::null, bench::null,
                    "resident", bench::null, "cpu", cpu_name});
         }
+      }
+    }
+  }
+
+  // ---- fp32 GEMM: the AWQ search's products ---------------------------------------------------
+  if (op == "gemm_f32") {
+    const std::size_t M = opts.quick ? 256 : gemm_f32_shape[0],
+                      N = opts.quick ? 512 : gemm_f32_shape[1],
+                      K = opts.quick ? 320 : gemm_f32_shape[2];
+    std::vector<float> w(N * K), x(M * K), y(M * N);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : w) v = nd(rng);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float, xsimd::aligned_allocator<float, 64>> packed(gemm_f32_packed_floats(N, K));
+    const int reps = opts.reps_or(opts.quick ? 2 : 5);
+    for (int threads : thread_counts) {
+      auto pool = ThreadPool::create(static_cast<std::size_t>(threads));
+      if (!pool) return 2;
+      double dense_us = 0.0;
+      for (const bool panels : {false, true}) {
+        // As the search calls it: the panels path packs W on every call (its weights change).
+        const auto t = bench::measure(
+            [&] {
+              if (panels) {
+                (*pool)->parallel_for_balanced(gemm_f32_panels(N), 1, [&](std::size_t p0,
+                                                                          std::size_t p1) {
+                  gemm_f32_pack(w.data(), K, N, K, p0, p1, packed.data());
+                  gemm_f32_rows(packed.data(), N, K, x.data(), K, M, nullptr, y.data(), N, p0, p1);
+                });
+              } else {
+                // As the search ran it before: tokens in chunks whose rows stay in L2.
+                const auto* wb = reinterpret_cast<const std::byte*>(w.data());
+                const std::size_t chunk =
+                    std::max<std::size_t>(8, (std::size_t{256} << 10) / (4 * K) / 8 * 8);
+                (*pool)->parallel_for_balanced(N, 16, [&](std::size_t r0, std::size_t r1) {
+                  for (std::size_t t0 = 0; t0 < M; t0 += chunk)
+                    dense_matmul_rows(DenseType::f32, wb, K, x.data() + t0 * K, K,
+                                      std::min(chunk, M - t0), nullptr, y.data() + t0 * N, N, r0,
+                                      r1);
+                });
+              }
+              bench::do_not_optimize(y[0]);
+            },
+            reps);
+        const double gflops = 2.0 * static_cast<double>(M * N * K) / (t.median_us * 1e3);
+        if (!panels) dense_us = t.median_us;
+        bench::note("[gemm_f32] {} t={} {}x{}x{} : {:.0f} GFLOP/s{}", panels ? "panels" : "dense",
+                    threads, M, N, K, gflops,
+                    panels ? fmt::format(", {:.2f}x dense", dense_us / t.median_us) : "");
+        out.row({"gemm_f32", "single", panels ? "panels" : "dense",
+                 std::string(xsimd::default_arch::name()), static_cast<long long>(M),
+                 static_cast<long long>(N), static_cast<long long>(K), bench::null, threads, t.reps,
+                 t.median_us, t.p10_us, t.p90_us, t.mean_us, t.stddev_us, t.min_us, gflops,
+                 bench::null, bench::null, bench::null, "resident",
+                 bench::null, "cpu", cpu_name});
       }
     }
   }
