@@ -13,10 +13,11 @@
 // activations, and the subsets of captured inputs the losses and clip search use.
 #pragma once
 
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/io/checkpoint.hpp"
-#include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/elementwise.hpp"
 #include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/gemm_f32.hpp"
 #include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config.hpp"
@@ -35,6 +36,8 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -302,32 +305,72 @@ struct AttentionCore {
       kernels::rope(k.data() + b * seqlen * kd, seqlen, c.num_key_value_heads, D, cos.data(),
                     sin.data());
     }
+    // Per (block, kv head): K and V^T packed once for the group's query heads, then per head
+    // S = Q K^T [seqlen][seqlen] and O = P V [seqlen][D] through the fp32 GEMM. S is computed
+    // whole and the causal part masked: twice the products of the triangle, at GEMM speed.
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    parallel_for_balanced(pool, blocks * H, 1, [&](std::size_t j0, std::size_t j1) {
-      std::vector<float> s(seqlen), acc(D);
+    const std::size_t kv_heads = c.num_key_value_heads;
+    // One scratch set per thread, allocated here on the calling thread (a failure throws to
+    // quantize_model's guard; nothing may throw inside the region), handed out to the ranges.
+    struct Scratch {
+      edgellm::detail::AlignedArray<float> pk, pv;  // K as W [seqlen][D], V^T as W [D][seqlen]
+      std::vector<float> sc, acc, sums;            // S [seqlen][seqlen], P V [seqlen][D], [seqlen]
+    };
+    const std::size_t nt = pool ? pool->size() : 1;
+    std::vector<Scratch> scratch(nt);
+    std::vector<Scratch*> idle;
+    for (Scratch& slot : scratch) {
+      slot.pk = edgellm::detail::allocate_aligned<float>(kernels::gemm_f32_packed_floats(seqlen, D));
+      slot.pv = edgellm::detail::allocate_aligned<float>(kernels::gemm_f32_packed_floats(D, seqlen));
+      if (!slot.pk || !slot.pv) throw std::bad_alloc();
+      slot.sc.resize(seqlen * seqlen);
+      slot.acc.resize(seqlen * D);
+      slot.sums.resize(seqlen);
+      idle.push_back(&slot);
+    }
+    std::mutex idle_mutex;
+    parallel_for_balanced(pool, blocks * kv_heads, 1, [&](std::size_t j0, std::size_t j1) {
+      Scratch* mine = nullptr;
+      {
+        const std::lock_guard<std::mutex> lock(idle_mutex);  // at most nt ranges run at once
+        mine = idle.back();
+        idle.pop_back();
+      }
+      float* pk = mine->pk.get();
+      float* pv = mine->pv.get();
+      std::vector<float>& sc = mine->sc;
+      std::vector<float>& acc = mine->acc;
+      std::vector<float>& sums = mine->sums;
       for (std::size_t j = j0; j < j1; ++j) {
-        const std::size_t b = j / H, hd = j % H, kvh = hd / group, base = b * seqlen;
-        for (std::size_t i = 0; i < seqlen; ++i) {
-          const float* qi = q.data() + (base + i) * qd + hd * D;
-          float mx = -std::numeric_limits<float>::infinity();
-          for (std::size_t t = 0; t <= i; ++t) {
-            const float* kt = k.data() + (base + t) * kd + kvh * D;
-            float d = 0.0f;
-            for (std::size_t e = 0; e < D; ++e) d += qi[e] * kt[e];
-            s[t] = d * scale;
-            mx = std::max(mx, s[t]);
+        const std::size_t b = j / kv_heads, kvh = j % kv_heads, base = b * seqlen;
+        const float* kb = k.data() + base * kd + kvh * D;
+        const float* vb = v.data() + base * kd + kvh * D;
+        kernels::gemm_f32_pack(kb, kd, seqlen, D, 0, kernels::gemm_f32_panels(seqlen), pk);
+        kernels::gemm_f32_pack_transposed(vb, kd, D, seqlen, 0, kernels::gemm_f32_panels(D),
+                                          pv);
+        for (std::size_t hd = kvh * group; hd < (kvh + 1) * group; ++hd) {
+          const float* qb = q.data() + base * qd + hd * D;
+          kernels::gemm_f32_rows(pk, seqlen, D, qb, qd, seqlen, nullptr, sc.data(), seqlen,
+                                 0, kernels::gemm_f32_panels(seqlen));
+          for (std::size_t i = 0; i < seqlen; ++i) {
+            float* si = sc.data() + i * seqlen;
+            float mx = -std::numeric_limits<float>::infinity();
+            for (std::size_t t = 0; t <= i; ++t) mx = std::max(mx, si[t] *= scale);
+            float sum = 0.0f;
+            for (std::size_t t = 0; t <= i; ++t) sum += (si[t] = std::exp(si[t] - mx));
+            for (std::size_t t = i + 1; t < seqlen; ++t) si[t] = 0.0f;
+            sums[i] = sum;
           }
-          float sum = 0.0f;
-          for (std::size_t t = 0; t <= i; ++t) sum += (s[t] = std::exp(s[t] - mx));
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (std::size_t t = 0; t <= i; ++t) {
-            const float* vt = v.data() + (base + t) * kd + kvh * D;
-            for (std::size_t e = 0; e < D; ++e) acc[e] += s[t] * vt[e];
+          kernels::gemm_f32_rows(pv, D, seqlen, sc.data(), seqlen, seqlen, nullptr,
+                                 acc.data(), D, 0, kernels::gemm_f32_panels(D));
+          for (std::size_t i = 0; i < seqlen; ++i) {
+            float* o = out + (base + i) * qd + hd * D;
+            for (std::size_t e = 0; e < D; ++e) o[e] = acc[i * D + e] / sums[i];
           }
-          float* o = out + (base + i) * qd + hd * D;
-          for (std::size_t e = 0; e < D; ++e) o[e] = acc[e] / sum;
         }
       }
+      const std::lock_guard<std::mutex> lock(idle_mutex);
+      idle.push_back(mine);
     });
   }
 };
@@ -430,17 +473,14 @@ struct Capture {
 
 }  // namespace detail
 
-/// Quantises the checkpoint in `dir` (an unquantised Llama / Qwen2 / Qwen3 / Mistral, F16 /
-/// BF16 / F32) with `calib_tokens` cut into min(samples, tokens / seqlen) blocks of seqlen.
-/// Each finished layer goes to `sink` (in order; an error from it stops the run) or, without
-/// one, into the result. Errors: the config's and checkpoint's, an already quantised
-/// checkpoint, a spec the widths do not allow (the group must divide hidden, intermediate and
-/// heads x head_dim), fewer calibration tokens than one block (the message says how many).
-inline result<QuantizeResult> quantize_model(const std::string& dir,
-                                             std::span<const std::int32_t> calib_tokens,
-                                             const QuantizeOptions& opt,
-                                             const ProgressFn& progress = {},
-                                             const LayerSink& sink = {}) {
+namespace detail {
+
+/// quantize_model without its guard: allocations that fail throw.
+inline result<QuantizeResult> quantize_model_unguarded(const std::string& dir,
+                                                       std::span<const std::int32_t> calib_tokens,
+                                                       const QuantizeOptions& opt,
+                                                       const ProgressFn& progress,
+                                                       const LayerSink& sink) {
   constexpr std::string_view where = "quantize_model";
   const auto t_start = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
@@ -582,6 +622,8 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
 
     if (awq) {
       const std::size_t m_loss = n_loss * L;
+      ScaleSearchOptions search_options = opt.scale_search;
+      search_options.pool = pool;
       // The four searches, all against the original weights (AutoAWQ searches every group
       // before applying any scale).
       std::vector<float> s[4];
@@ -597,7 +639,7 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
         const WeightRef ws[3] = {
             {W.w[0], W.n[0], &spec[0]}, {W.w[1], W.n[1], &spec[1]}, {W.w[2], W.n[2], &spec[2]}};
         detail::AttentionLoss loss(core, cap[0].loss, m_loss);
-        auto r = search_scales(ws, h, cap[0].mean(M), opt.spec, loss, opt.scale_search);
+        auto r = search_scales(ws, h, cap[0].mean(M), opt.spec, loss, search_options);
         if (!r) return r.error();
         s[0] = std::move(r->scales);
         out.alpha[0] = r->alpha;
@@ -606,7 +648,7 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       if (W.n[2] == W.n[3] && W.k[2] == W.k[3] && any_quantised({3})) {  // o after v: no GQA
         const WeightRef ws[1] = {{W.w[3], W.n[3], &spec[3]}};
         LinearOutputLoss loss(cap[1].loss, m_loss, W.w[3], W.n[3], W.k[3], pool);
-        auto r = search_scales(ws, W.k[3], cap[1].mean(M), opt.spec, loss, opt.scale_search);
+        auto r = search_scales(ws, W.k[3], cap[1].mean(M), opt.spec, loss, search_options);
         if (!r) return r.error();
         s[1] = std::move(r->scales);
         out.alpha[1] = r->alpha;
@@ -615,7 +657,7 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       if (any_quantised({4, 5})) {
         const WeightRef ws[2] = {{W.w[4], W.n[4], &spec[4]}, {W.w[5], W.n[5], &spec[5]}};
         detail::MlpLoss loss(W, cap[2].loss, m_loss, pool);
-        auto r = search_scales(ws, h, cap[2].mean(M), opt.spec, loss, opt.scale_search);
+        auto r = search_scales(ws, h, cap[2].mean(M), opt.spec, loss, search_options);
         if (!r) return r.error();
         s[2] = std::move(r->scales);
         out.alpha[2] = r->alpha;
@@ -624,7 +666,7 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
       if (any_quantised({6})) {
         const WeightRef ws[1] = {{W.w[6], W.n[6], &spec[6]}};
         LinearOutputLoss loss(cap[3].loss, m_loss, W.w[6], W.n[6], W.k[6], pool);
-        auto r = search_scales(ws, W.k[6], cap[3].mean(M), opt.spec, loss, opt.scale_search);
+        auto r = search_scales(ws, W.k[6], cap[3].mean(M), opt.spec, loss, search_options);
         if (!r) return r.error();
         s[3] = std::move(r->scales);
         out.alpha[3] = r->alpha;
@@ -735,6 +777,26 @@ inline result<QuantizeResult> quantize_model(const std::string& dir,
   }
   res.seconds = elapsed();
   return res;
+}
+
+}  // namespace detail
+
+/// Quantises the checkpoint in `dir` (an unquantised Llama / Qwen2 / Qwen3 / Mistral, F16 /
+/// BF16 / F32) with `calib_tokens` cut into min(samples, tokens / seqlen) blocks of seqlen.
+/// Each finished layer goes to `sink` (in order; an error from it stops the run) or, without
+/// one, into the result. Errors: the config's and checkpoint's, an already quantised
+/// checkpoint, a spec the widths do not allow (the group must divide hidden, intermediate and
+/// heads x head_dim), fewer calibration tokens than one block (the message says how many).
+/// Memory that runs out (an fp32 layer, the activations) is an errc::out_of_memory error, not an
+/// exception.
+inline result<QuantizeResult> quantize_model(const std::string& dir,
+                                             std::span<const std::int32_t> calib_tokens,
+                                             const QuantizeOptions& opt,
+                                             const ProgressFn& progress = {},
+                                             const LayerSink& sink = {}) {
+  return edgellm::detail::guard_exceptions("quantize_model", [&] {
+    return detail::quantize_model_unguarded(dir, calib_tokens, opt, progress, sink);
+  });
 }
 
 }  // namespace edgellm::quant

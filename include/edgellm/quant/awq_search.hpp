@@ -8,8 +8,9 @@
 // which leaves the float model unchanged; then the scaled W is clipped and quantised.
 #pragma once
 
-#include "edgellm/kernels/dense_matmul.hpp"
+#include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/gemm_f32.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -120,21 +122,19 @@ inline status fake_quantize(std::span<float> w, std::size_t n, std::size_t k,
   return {};
 }
 
-/// Y [m][n] = X [m][k] W [n][k]^T (+ bias [n]) in fp32 through the dense kernels, rows of W split
-/// over pool. Tokens go through in chunks small enough for X's rows to stay in cache while the
-/// thread's rows of W stream past (the kernel reads all of X for each block of W rows).
+/// Y [m][n] = X [m][k] W [n][k]^T (+ bias [n]) in fp32 (kernels/gemm_f32.hpp): W packed into
+/// panels, panels split over pool, each thread packing the panels it then multiplies. Every
+/// output is one in-order FMA chain over k, so the result does not depend on the thread count.
 inline void matmul(std::span<const float> w, std::size_t n, std::size_t k,
                    std::span<const float> x, std::size_t m, std::span<float> y, ThreadPool* pool,
                    std::span<const float> bias = {}) {
-  const auto* wb = reinterpret_cast<const std::byte*>(w.data());
   const float* b = bias.empty() ? nullptr : bias.data();
-  const std::size_t chunk = std::max<std::size_t>(8, (std::size_t{256} << 10) / (4 * k) / 8 * 8);
-  parallel_for_balanced(pool, n, 16, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t t0 = 0; t0 < m; t0 += chunk) {
-      const std::size_t mc = std::min(chunk, m - t0);
-      kernels::dense_matmul_rows(kernels::DenseType::f32, wb, k, x.data() + t0 * k, k, mc, b,
-                                 y.data() + t0 * n, n, r0, r1, nullptr);
-    }
+  // [panels][k][NR]; throws as the std::vectors around it do (quantize_model's guard catches).
+  const auto packed = edgellm::detail::allocate_aligned<float>(kernels::gemm_f32_packed_floats(n, k));
+  if (!packed) throw std::bad_alloc();
+  parallel_for_balanced(pool, kernels::gemm_f32_panels(n), 1, [&](std::size_t p0, std::size_t p1) {
+    kernels::gemm_f32_pack(w.data(), k, n, k, p0, p1, packed.get());
+    kernels::gemm_f32_rows(packed.get(), n, k, x.data(), k, m, b, y.data(), n, p0, p1);
   });
 }
 
@@ -202,17 +202,19 @@ inline std::vector<float> scales_for_alpha(std::span<const float> x_mean,
 }
 
 /// W' = Q(W diag(s)) diag(1/s): what the layer computes from input x after the scales are
-/// folded and the weights quantised. w: [n][k]; s: [k].
+/// folded and the weights quantised. w: [n][k]; s: [k]; out: [n][k]. Rows split over pool.
 inline void scaled_fake_quantize(std::span<const float> w, std::size_t n, std::size_t k,
                                  std::span<const float> s, const QuantSpec& spec,
-                                 std::span<float> out) {
-  std::vector<float> row(k);
-  for (std::size_t r = 0; r < n; ++r) {
-    for (std::size_t c = 0; c < k; ++c) row[c] = w[r * k + c] * s[c];
-    for (std::size_t g0 = 0; g0 < k; g0 += spec.group)
-      fake_quantize_group(row.data() + g0, row.data() + g0, spec.group, spec);
-    for (std::size_t c = 0; c < k; ++c) out[r * k + c] = row[c] / s[c];
-  }
+                                 std::span<float> out, ThreadPool* pool = nullptr) {
+  parallel_for_balanced(pool, n, 16, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      float* row = out.data() + r * k;
+      for (std::size_t c = 0; c < k; ++c) row[c] = w[r * k + c] * s[c];
+      for (std::size_t g0 = 0; g0 < k; g0 += spec.group)
+        fake_quantize_group(row + g0, row + g0, spec.group, spec);
+      for (std::size_t c = 0; c < k; ++c) row[c] /= s[c];
+    }
+  });
 }
 
 /// Options of search_scales.
@@ -222,6 +224,7 @@ struct ScaleSearchOptions {
   /// Also try s = 1 (plain round-to-nearest) and keep it when no alpha beats it. AutoAWQ does
   /// not; it can only lower the calibration loss.
   bool try_identity = true;
+  ThreadPool* pool = nullptr;  ///< splits each candidate's fake quantisation (same result)
 };
 
 /// What search_scales chose.
@@ -271,7 +274,8 @@ result<ScaleSearchResult> search_scales(std::span<const WeightRef> ws, std::size
   for (std::size_t i = 0; i < ws.size(); ++i) fake[i].resize(ws[i].w.size());
   const auto evaluate = [&](std::span<const float> s) -> result<double> {
     for (std::size_t i = 0; i < ws.size(); ++i)
-      scaled_fake_quantize(ws[i].w, ws[i].n, k, s, ws[i].spec ? *ws[i].spec : spec, fake[i]);
+      scaled_fake_quantize(ws[i].w, ws[i].n, k, s, ws[i].spec ? *ws[i].spec : spec, fake[i],
+                           options.pool);
     const double l = loss(std::span<const std::vector<float>>(fake));
     if (!std::isfinite(l))
       return make_error(errc::invalid_argument, where, "the block's loss is not finite");
