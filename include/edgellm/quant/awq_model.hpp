@@ -36,7 +36,6 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <span>
@@ -310,15 +309,15 @@ struct AttentionCore {
     // whole and the causal part masked: twice the products of the triangle, at GEMM speed.
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const std::size_t kv_heads = c.num_key_value_heads;
-    // One scratch set per thread, allocated here on the calling thread (a failure throws to
-    // quantize_model's guard; nothing may throw inside the region), handed out to the ranges.
+    // One scratch set per thread (thread t uses scratch[t], as cache/attention.hpp does),
+    // allocated here on the calling thread: a failure throws to quantize_model's guard, and
+    // nothing may throw inside the region. The tasks cost the same, so a static split.
     struct Scratch {
       edgellm::detail::AlignedArray<float> pk, pv;  // K as W [seqlen][D], V^T as W [D][seqlen]
       std::vector<float> sc, acc, sums;            // S [seqlen][seqlen], P V [seqlen][D], [seqlen]
     };
-    const std::size_t nt = pool ? pool->size() : 1;
+    const std::size_t nt = pool ? pool->size() : 1, tasks = blocks * kv_heads;
     std::vector<Scratch> scratch(nt);
-    std::vector<Scratch*> idle;
     for (Scratch& slot : scratch) {
       slot.pk = edgellm::detail::allocate_aligned<float>(kernels::gemm_f32_packed_floats(seqlen, D));
       slot.pv = edgellm::detail::allocate_aligned<float>(kernels::gemm_f32_packed_floats(D, seqlen));
@@ -326,21 +325,15 @@ struct AttentionCore {
       slot.sc.resize(seqlen * seqlen);
       slot.acc.resize(seqlen * D);
       slot.sums.resize(seqlen);
-      idle.push_back(&slot);
     }
-    std::mutex idle_mutex;
-    parallel_for_balanced(pool, blocks * kv_heads, 1, [&](std::size_t j0, std::size_t j1) {
-      Scratch* mine = nullptr;
-      {
-        const std::lock_guard<std::mutex> lock(idle_mutex);  // at most nt ranges run at once
-        mine = idle.back();
-        idle.pop_back();
-      }
-      float* pk = mine->pk.get();
-      float* pv = mine->pv.get();
-      std::vector<float>& sc = mine->sc;
-      std::vector<float>& acc = mine->acc;
-      std::vector<float>& sums = mine->sums;
+    auto work = [&](std::size_t thread, std::size_t n_threads) {
+      Scratch& mine = scratch[thread];
+      float* pk = mine.pk.get();
+      float* pv = mine.pv.get();
+      std::vector<float>& sc = mine.sc;
+      std::vector<float>& acc = mine.acc;
+      std::vector<float>& sums = mine.sums;
+      const std::size_t j0 = tasks * thread / n_threads, j1 = tasks * (thread + 1) / n_threads;
       for (std::size_t j = j0; j < j1; ++j) {
         const std::size_t b = j / kv_heads, kvh = j % kv_heads, base = b * seqlen;
         const float* kb = k.data() + base * kd + kvh * D;
@@ -369,9 +362,11 @@ struct AttentionCore {
           }
         }
       }
-      const std::lock_guard<std::mutex> lock(idle_mutex);
-      idle.push_back(mine);
-    });
+    };
+    if (nt > 1)
+      pool->run(work);
+    else
+      work(0, 1);
   }
 };
 
