@@ -83,15 +83,8 @@ std::size_t bytes_per_token(const model::TransformerWeights& w) {
 }
 
 void lock_weights(const model::TransformerWeights& w, bool& ok) {
-  auto lock = [&](const model::Linear& l) {
-    if (l.int4()) ok = bench::lock_memory(l.q4.data(), l.q4.byte_size(), "weights") && ok;
-    if (l.int8()) ok = bench::lock_memory(l.q8.data(), l.q8.byte_size(), "weights") && ok;
-  };
-  lock(w.lm_head);
-  for (const auto& l : w.layers)
-    for (const model::Linear* p :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-      lock(*p);
+  for (const std::span<const std::byte> r : w.streamed_ranges())
+    ok = bench::lock_memory(r.data(), r.size(), "weights") && ok;
 }
 
 constexpr std::size_t kSystem = 512, kUser = 16;  // prefix-cache row: system + user tokens

@@ -108,8 +108,9 @@ struct WorkingSet {
 };
 
 WorkingSet gemv_working_set(const std::vector<std::size_t>& gemv_shape, bool quick,
-                            bool attention_only = false) {
+                            const std::string& set) {
   if (!gemv_shape.empty()) return {{{gemv_shape[0], gemv_shape[1]}}, 1, "single"};
+  const bool attention_only = set == "attention";
   // Qwen2-7B's attention linears alone (q, k, v, o of 28 layers, ~0.8 GB in int8): the int8 part
   // of an attention-int8 / MLP-int4 checkpoint's decode (edgellm-quantize --modules-bits
   // self_attn=8).
@@ -120,6 +121,13 @@ WorkingSet gemv_working_set(const std::vector<std::size_t>& gemv_shape, bool qui
     return {{{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4736, 896}, {4736, 896}, {896, 4736}},
             2,
             "quick-2x7"};
+  // TinyLlama-1.1B: q, k, v, o, gate, up, down of 22 layers (~0.5 GB): matrices of 0.3-6 MB,
+  // where the start and end of each product weigh more than in a 7B model.
+  if (set == "tinyllama" && !quick)
+    return {{{2048, 2048}, {256, 2048}, {256, 2048}, {2048, 2048}, {5632, 2048}, {5632, 2048},
+             {2048, 5632}},
+            22,
+            "tinyllama-22x7"};
   // Qwen2-7B: q, k, v, o, gate, up, down (n x k) for each of 28 layers: ~3.5 GB.
   return {{{3584, 3584}, {512, 3584}, {512, 3584}, {3584, 3584}, {18944, 3584}, {18944, 3584},
            {3584, 18944}},
@@ -166,10 +174,11 @@ int main(int argc, char** argv) {
                                   gemm_f32_shape, 1, kMaxDim),
           flag::number<std::size_t>({"--group"}, "G", "group size 32|64|128", group, 1, 4096),
           flag::boolean({"--no-lock"}, "do not mlock the weights", lock, false),
-          flag::string({"--set"}, "decode|attention",
+          flag::string({"--set"}, "decode|attention|tinyllama",
                        "the GEMV working set without --gemv: Qwen2-7B's decode matrices (q, k, v,\n"
-                       "o, gate, up, down of 28 layers), or its attention linears alone (the\n"
-                       "int8 part of an attention-8 / MLP-4 mix)",
+                       "o, gate, up, down of 28 layers), its attention linears alone (the\n"
+                       "int8 part of an attention-8 / MLP-4 mix), or TinyLlama-1.1B's decode\n"
+                       "matrices (22 layers of 0.3-6 MB each)",
                        set_arg),
           flag::boolean({"--read-row"},
                         "after each GEMV case, time a plain read of the same weights (op\n"
@@ -190,8 +199,8 @@ int main(int argc, char** argv) {
     bench::note("{}: --weights {}: expected int4, int8 or all", argv[0], weights_arg);
     return 2;
   }
-  if (set_arg != "decode" && set_arg != "attention") {
-    bench::note("{}: --set {}: expected decode or attention", argv[0], set_arg);
+  if (set_arg != "decode" && set_arg != "attention" && set_arg != "tinyllama") {
+    bench::note("{}: --set {}: expected decode, attention or tinyllama", argv[0], set_arg);
     return 2;
   }
   if (backend_arg != "cpu" && backend_arg != "vulkan" && backend_arg != "all") {
@@ -257,7 +266,7 @@ int main(int argc, char** argv) {
     const char* op_sweep = kInt8 ? "gemm_q8_sweep" : "gemm_sweep";
     const char* op_read = kInt8 ? "read_weights_q8" : "read_weights";
     const char* op_alt = kInt8 ? "gemv_q8_vs_read" : "gemv_vs_read";
-    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick, set_arg == "attention");
+    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick, set_arg);
     const std::vector<Shape>& shapes = set.shapes;
     const std::string& case_name = set.name;
     const std::size_t layers = set.layers;
@@ -502,7 +511,7 @@ int main(int argc, char** argv) {
     auto dev = bench::vulkan::open_device(device_index, rc);
     if (!dev) return rc;
     const vk::DeviceInfo& info = dev->info();
-    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick, set_arg == "attention");
+    const WorkingSet set = gemv_working_set(gemv_shape, opts.quick, set_arg);
     // fp32 activations (the exact path), then int8 (the fast path) with integer dot products
     // where the device has them and with plain int multiply-adds.
     std::vector<vk::GemvQ4Options> builds;

@@ -166,17 +166,8 @@ WeightsPtr load(const std::string& dir, bool lock,
   const double s = (*engine)->load_seconds();
   bool locked = lock;
   if (lock) {
-    const auto lock_linear = [&](const model::Linear& l) {
-      if (l.int4())
-        locked = bench::lock_memory(l.q4.data(), l.q4.byte_size(), "weights") && locked;
-      if (l.int8())
-        locked = bench::lock_memory(l.q8.data(), l.q8.byte_size(), "weights") && locked;
-    };
-    lock_linear(w->lm_head);
-    for (const auto& l : w->layers)
-      for (const model::Linear* p :
-           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-        lock_linear(*p);
+    for (const std::span<const std::byte> r : w->streamed_ranges())
+      locked = bench::lock_memory(r.data(), r.size(), "weights") && locked;
   }
   bench::note("[spec] {}: loaded in {:.2f} s, {} layers, hidden {}, vocab {}, lm_head {}, {:.1f} "
               "MB owned ({})",

@@ -286,11 +286,19 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
     if (!t.is_aligned()) owned(t.bytes.size());
     else if (resident) mapped(t.bytes.size());
   };
+  // Owned int4 matrices, for the arena they are gathered into (model::detail::
+  // gather_int4_matrices): their padded total, count and largest.
+  std::uint64_t int4_owned = 0, int4_largest = 0, int4_count = 0;
   // An int4 matrix [n][k]: from the packed cache, or converted (source pages + unpacked codes +
   // the packed copy at once), the source released afterwards unless `keep_source`.
   const auto int4 = [&](const std::string& name, std::uint64_t source, std::size_t n,
                         std::size_t k, std::size_t g, bool keep_source) {
     const std::uint64_t p = kernels::q4_matrix_bytes(n, k, g);
+    if (!packed || copy) {
+      int4_owned += (p + 63) / 64 * 64;
+      int4_largest = std::max(int4_largest, p);
+      ++int4_count;
+    }
     if (packed) {
       if (copy) {
         walk.step(p, name);
@@ -417,6 +425,10 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   } else {
     view(*head, true);  // read whole by every token's logits
   }
+  // The gather copies one matrix at a time into the arena and frees it; 2 MiB pages fault in
+  // whole, so up to one more page is resident than the copied bytes.
+  if (int4_count >= 2 && int4_owned >= load.int4_arena_min_bytes)
+    walk.step(int4_largest + (std::uint64_t{2} << 20), "(int4 arena)");
   walk.step(0, "(loaded)");
   w.load_peak_bytes = walk.peak;
   w.load_peak_tensor = walk.peak_tensor;

@@ -74,6 +74,7 @@ TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
       const std::string dir = edgellm::test::model_fixture(fixture);
       LoadOptions plain_opts;
       plain_opts.lm_head = head;
+      plain_opts.int4_arena_min_bytes = 0;  // converted, then gathered into the int4 arena
       auto plain = load_weights(dir, plain_opts);
       REQUIRE(plain);
       REQUIRE((*plain)->packed_cache_note.empty());
@@ -102,11 +103,14 @@ TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
       // Copied: owned matrices, the same bytes, no mapping kept.
       LoadOptions c = o;
       c.packed_cache_copy = true;
+      c.int4_arena_min_bytes = 0;  // gathered however small
       auto copied = load_weights(dir, c);
       REQUIRE(copied);
       REQUIRE((*copied)->packed_cache_note == "int4 weights copied from " + o.packed_cache);
       REQUIRE_FALSE((*copied)->packed_cache_file);
-      REQUIRE((*copied)->layers[0].q_proj.q4.owns_data());
+      // Owned by the weights: gathered into their int4 arena (weights_test.cpp).
+      REQUIRE((*copied)->int4_arena.contains((*copied)->layers[0].q_proj.q4.data()));
+      REQUIRE((*second)->int4_arena.empty());  // views of the mapping are left there
       require_same_int4(**plain, **copied);
       const auto& ph = (*plain)->lm_head.dense;
       const auto& ch = (*copied)->lm_head.dense;

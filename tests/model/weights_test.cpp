@@ -191,6 +191,60 @@ TEST_CASE("load_weights: group sizes, lm_head q4, keeping source pages", "[model
   }
 }
 
+TEST_CASE("load_weights gathers the int4 matrices into one arena, in decode order", "[model]") {
+  for (const LmHeadFormat head : {LmHeadFormat::as_stored, LmHeadFormat::q4}) {
+    for (const char* name : {"llama-fp16", "qwen2-awq-gemm"}) {
+      CAPTURE(name, head == LmHeadFormat::q4);
+      LoadOptions o;
+      o.lm_head = head;
+      // By default a model this small (under 32 MiB of int4) keeps its matrices where they were
+      // made: it runs from the last-level cache.
+      {
+        auto small = load_weights(model_fixture(name), o);
+        REQUIRE(small);
+        CHECK((*small)->int4_arena.empty());
+        CHECK((*small)->layers[0].q_proj.q4.owns_data());
+      }
+      o.int4_arena_min_bytes = 0;
+      auto w = load_weights(model_fixture(name), o);
+      REQUIRE(w);
+      const edgellm::model::TransformerWeights& tw = **w;
+      const std::byte* arena = tw.int4_arena.data.get();
+      REQUIRE(arena != nullptr);
+      // Each matrix starts where the one read before it ends (64-byte aligned), none owns a
+      // buffer of its own, and together they fill the arena's used bytes.
+      const std::byte* next = arena;
+      std::size_t matrices = 0;
+      const auto check = [&](const edgellm::kernels::Linear& l) {
+        REQUIRE(l.int4());
+        CHECK_FALSE(l.q4.owns_data());
+        CHECK(l.q4.data() == next);
+        next = l.q4.data() + (l.q4.byte_size() + 63) / 64 * 64;
+        ++matrices;
+      };
+      for (const auto& L : tw.layers)
+        for (const auto* l : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj,
+                              &L.up_proj, &L.down_proj})
+          check(*l);
+      if (head == LmHeadFormat::q4) check(tw.lm_head);
+      CHECK(matrices == 7 * tw.layers.size() + (head == LmHeadFormat::q4 ? 1 : 0));
+      CHECK(static_cast<std::size_t>(next - arena) == tw.int4_arena.bytes);
+      // The arena's bytes are counted as the weights' own.
+      CHECK(tw.owned_bytes() >= tw.int4_arena.bytes);
+      // Locked or advised as one range, then the matrices outside it (none here but an int8
+      // or dense lm_head, which has no range or its own).
+      const auto ranges = tw.streamed_ranges();
+      REQUIRE_FALSE(ranges.empty());
+      CHECK(ranges.front().data() == arena);
+      CHECK(ranges.front().size() == tw.int4_arena.capacity);
+      CHECK(tw.int4_arena.capacity % (std::size_t{2} << 20) == 0);
+      CHECK(ranges.size() == 1);
+      // That these are the packed bytes: packed_cache_test.cpp compares this load with the
+      // packed cache's mapped views, which stay where they were written.
+    }
+  }
+}
+
 TEST_CASE("load_weights releases the mapped pages of converted tensors", "[model]") {
   // Resident memory of the file mappings after loading, with and without releasing: the
   // difference is the released bytes (pages that stayed mapped after conversion otherwise).

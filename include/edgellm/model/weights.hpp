@@ -12,6 +12,7 @@
 #include "edgellm/kernels/linear.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
+#include "edgellm/kernels/q4_arena.hpp"
 #include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config_json.hpp"
@@ -87,6 +88,14 @@ struct LoadOptions {
   /// then stream them faster where a file mapping's 4 KiB pages cost TLB misses (measured in
   /// docs/performance.md, "Loading").
   bool packed_cache_copy = false;
+  /// Owned int4 matrices (converted at load, or copied from a packed cache) that total at least
+  /// this many bytes are moved into one allocation, in the order a decode step reads them
+  /// (TransformerWeights::int4_arena): on 2 MiB pages as a whole, where a small model's
+  /// separately allocated 0.3-6 MB matrices mostly are not. Decode reads them 7-9 % faster on a
+  /// 1.1B model (docs/performance.md, "Weights in one arena"). Below the threshold (the default
+  /// 32 MiB: a model that small runs from the last-level cache) or with SIZE_MAX, they stay
+  /// where they were made. Loading copies them once more; resident memory grows by one matrix.
+  std::size_t int4_arena_min_bytes = std::size_t{32} << 20;
   /// Called as loading goes: `stage` names the work ("repacking int4", "quantizing to int4",
   /// "reading packed cache", "loading fp32 reference"), `done` of `total` counts the weights
   /// (matrix elements) of the linears and an int4 lm_head handled so far: (0, total) first, then
@@ -167,6 +176,28 @@ struct TransformerWeights {
   std::size_t released_source_bytes = 0;     ///< mapped bytes dropped after conversion
   std::optional<io::MappedFile> packed_cache_file;  ///< the packed cache the int4 views map
   std::string packed_cache_note;  ///< what happened with options.packed_cache (empty: unused)
+  /// The owned int4 matrices, end to end in the order a decode step reads them (the int4 Linear
+  /// members view it; LoadOptions::int4_arena_min_bytes). Empty when they are views of a mapped
+  /// packed cache, fewer bytes than that threshold, or could not be gathered.
+  kernels::Q4Arena int4_arena;
+
+  /// The quantized weights a decode step streams, as memory ranges for mlock or madvise: the
+  /// int4 arena as one range (Q4Arena::pages), then every int4 or int8 matrix outside it.
+  std::vector<std::span<const std::byte>> streamed_ranges() const {
+    std::vector<std::span<const std::byte>> r;
+    if (!int4_arena.empty()) r.push_back(int4_arena.pages());
+    const auto add = [&](const Linear& l) {
+      if (l.int4() && !int4_arena.contains(l.q4.data()))
+        r.emplace_back(l.q4.data(), l.q4.byte_size());
+      if (l.int8()) r.emplace_back(l.q8.data(), l.q8.byte_size());
+    };
+    for (const LayerWeights& l : layers)
+      for (const Linear* p :
+           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+        add(*p);
+    add(lm_head);
+    return r;
+  }
 
   /// Bytes of memory owned by the weights (packed/dense matrices, norms, biases); the mapped
   /// views (embeddings, as-stored lm_head) are not counted.
@@ -185,6 +216,24 @@ struct TransformerWeights {
 };
 
 namespace detail {
+
+/// Gathers the owned int4 matrices of `w` into w.int4_arena (kernels::gather_q4_matrices), in
+/// the order a decode step reads them: each layer's q, k, v, o, gate, up, down, then an int4
+/// lm_head. Views of a mapped packed cache stay where they are.
+inline void gather_int4_matrices(TransformerWeights& w, std::size_t min_bytes) noexcept {
+  std::vector<kernels::Q4Matrix*> order;
+  try {
+    order.reserve(w.layers.size() * 7 + 1);
+  } catch (const std::bad_alloc&) {
+    return;  // not gathered: the matrices work from their own buffers
+  }
+  for (LayerWeights& l : w.layers)
+    for (Linear* p :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      if (p->int4()) order.push_back(&p->q4);
+  if (w.lm_head.int4()) order.push_back(&w.lm_head.q4);
+  w.int4_arena = kernels::gather_q4_matrices(order, min_bytes);
+}
 
 /// Loading state: the open checkpoint, the config and the messages' context.
 class WeightLoader {
@@ -833,6 +882,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     }
   }
   w->released_source_bytes = ld.released();
+  detail::gather_int4_matrices(*w, options.int4_arena_min_bytes);
 #if defined(__GLIBC__)
   // The conversions' freed buffers (unpacked codes, tens of MB) may sit in glibc's heap below
   // live allocations, resident although free; hand their pages back so the loaded model's
