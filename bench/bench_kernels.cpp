@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -45,6 +46,7 @@
 #include "edgellm/kernels/gemm_f32.hpp"
 #include "edgellm/kernels/gemm_q8.hpp"
 #include "edgellm/kernels/matmul.hpp"
+#include "edgellm/kernels/q4_arena.hpp"
 #include "edgellm/thread_pool.hpp"
 #include "harness.hpp"
 #include "vulkan.hpp"
@@ -289,9 +291,21 @@ int main(int argc, char** argv) {
         mats.push_back(std::move(*m));
       }
     }
+    // The int4 set lies as load_weights leaves a model's matrices: in one arena of 2 MiB pages,
+    // locked as one range (a lock ending inside a 2 MiB page would split it).
+    Q4Arena arena;
+    if constexpr (!kInt8) {
+      std::vector<Q4Matrix*> order;
+      for (auto& m : mats) order.push_back(&m);
+      arena = gather_q4_matrices(order);
+    }
+    std::vector<std::span<const std::byte>> ranges;
+    if (!arena.empty()) ranges.push_back(arena.pages());
+    else
+      for (auto& m : mats) ranges.emplace_back(m.data(), m.byte_size());
     bool locked = lock;
     if (lock)
-      for (auto& m : mats) locked = bench::lock_memory(m.data(), m.byte_size(), "weights") && locked;
+      for (const auto r : ranges) locked = bench::lock_memory(r.data(), r.size(), "weights") && locked;
     const std::string weights = locked ? "mlocked" : "resident";
     bench::note("[{}] {:.2f} GB of packed weights ({})", op_gemv, static_cast<double>(bytes) / 1e9,
                 weights);
@@ -429,7 +443,8 @@ int main(int argc, char** argv) {
         }
       }
     }
-    for (auto& m : mats) bench::unlock_memory(m.data(), m.byte_size());
+    if (lock)
+      for (const auto r : ranges) bench::unlock_memory(r.data(), r.size());
     return 0;
   };
 #if EDGELLM_BENCH_VULKAN
