@@ -75,9 +75,7 @@ std::size_t bytes_per_token(const model::TransformerWeights& w) {
   std::size_t b = linear_bytes(w.lm_head) + w.norm.size() * 4;
   for (const auto& l : w.layers) {
     b += (l.input_layernorm.size() + l.post_attention_layernorm.size()) * 4;
-    for (const model::Linear* p :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-      b += linear_bytes(*p);
+    for (const model::Linear* p : l.linears()) b += linear_bytes(*p);
   }
   return b;
 }

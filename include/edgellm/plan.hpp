@@ -22,6 +22,7 @@
 #include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/matmul.hpp"
+#include "edgellm/kernels/q4_arena.hpp"
 #include "edgellm/kernels/q8_activations.hpp"
 #include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
@@ -295,7 +296,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
                         std::size_t k, std::size_t g, bool keep_source) {
     const std::uint64_t p = kernels::q4_matrix_bytes(n, k, g);
     if (!packed || copy) {
-      int4_owned += (p + 63) / 64 * 64;
+      int4_owned += kernels::q4_arena_padded(p);
       int4_largest = std::max(int4_largest, p);
       ++int4_count;
     }
@@ -427,7 +428,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   }
   // The gather copies one matrix at a time into the arena and frees it; 2 MiB pages fault in
   // whole, so up to one more page is resident than the copied bytes.
-  if (int4_count >= 2 && int4_owned >= load.int4_arena_min_bytes)
+  if (kernels::q4_arena_gathers(int4_count, int4_owned, load.int4_arena_min_bytes))
     walk.step(int4_largest + (std::uint64_t{2} << 20), "(int4 arena)");
   walk.step(0, "(loaded)");
   w.load_peak_bytes = walk.peak;

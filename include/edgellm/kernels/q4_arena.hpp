@@ -2,7 +2,7 @@
 // One allocation for many packed int4 matrices, end to end in the order a decode step reads
 // them: on 2 MiB pages as a whole, where separately allocated matrices of a small model
 // (0.3-6 MB each) mostly lie on 4 KiB pages, whose TLB misses slow the stream
-// (docs/performance.md, "Weights in one arena").
+// (docs/performance.md, "Decode at the roofline: weights in one arena").
 #pragma once
 
 #include <cstddef>
@@ -38,11 +38,23 @@ struct Q4Arena {
   std::span<const std::byte> pages() const noexcept { return {data.get(), data ? capacity : 0}; }
 };
 
-/// Bytes an arena of `matrix_bytes` (each matrix's byte_size()) uses: each padded to 64.
+/// Bytes one matrix of byte_size() `bytes` takes in an arena: padded to 64.
+inline constexpr std::size_t q4_arena_padded(std::size_t bytes) noexcept {
+  return (bytes + 63) / 64 * 64;
+}
+
+/// Bytes an arena of `matrix_bytes` (each matrix's byte_size()) uses.
 inline std::size_t q4_arena_bytes(std::span<const std::size_t> matrix_bytes) noexcept {
   std::size_t total = 0;
-  for (const std::size_t b : matrix_bytes) total += (b + 63) / 64 * 64;
+  for (const std::size_t b : matrix_bytes) total += q4_arena_padded(b);
   return total;
+}
+
+/// Whether gather_q4_matrices gathers `owned` owned matrices of `padded_total` arena bytes
+/// under threshold `min_bytes` (the memory plan asks the same question before loading).
+inline constexpr bool q4_arena_gathers(std::size_t owned, std::size_t padded_total,
+                                       std::size_t min_bytes) noexcept {
+  return owned >= 2 && padded_total >= min_bytes;
 }
 
 /// Moves the owned matrices of `order` into one streamed allocation, in that order, and makes
@@ -54,15 +66,14 @@ inline std::size_t q4_arena_bytes(std::span<const std::size_t> matrix_bytes) noe
 inline Q4Arena gather_q4_matrices(std::span<Q4Matrix* const> order,
                                   std::size_t min_bytes = 0) noexcept {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
-  const auto padded = [](std::size_t b) { return (b + 63) / 64 * 64; };
   std::size_t total = 0, owned = 0;
   for (const Q4Matrix* m : order) {
     if (m == nullptr || !m->owns_data()) continue;
-    total += padded(m->byte_size());
+    total += q4_arena_padded(m->byte_size());
     ++owned;
   }
   Q4Arena a;
-  if (owned < 2 || total < min_bytes) return a;
+  if (!q4_arena_gathers(owned, total, min_bytes)) return a;
   const std::size_t capacity = (total + kHuge - 1) / kHuge * kHuge;
   a.data = edgellm::detail::allocate_aligned(capacity, edgellm::detail::MemoryUse::streamed);
   if (!a.data) return a;
@@ -74,7 +85,7 @@ inline Q4Arena gather_q4_matrices(std::span<Q4Matrix* const> order,
     auto view = Q4Matrix::view(dst, m->byte_size(), m->n(), m->k(), m->group_size());
     if (!view) continue;  // cannot happen (64-byte aligned, sized): the matrix stays owned
     *m = std::move(*view);  // frees the matrix's own buffer
-    a.bytes += padded(m->byte_size());
+    a.bytes += q4_arena_padded(m->byte_size());
 #if defined(__GLIBC__)
     // A freed buffer below live allocations stays resident until trimmed.
     (void)::malloc_trim(0);

@@ -21,6 +21,7 @@
 #include "edgellm/result.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -91,8 +92,8 @@ struct LoadOptions {
   /// Owned int4 matrices (converted at load, or copied from a packed cache) that total at least
   /// this many bytes are moved into one allocation, in the order a decode step reads them
   /// (TransformerWeights::int4_arena): on 2 MiB pages as a whole, where a small model's
-  /// separately allocated 0.3-6 MB matrices mostly are not. Decode reads them 7-9 % faster on a
-  /// 1.1B model (docs/performance.md, "Weights in one arena"). Below the threshold (the default
+  /// separately allocated 0.3-6 MB matrices mostly are not (docs/performance.md, "Decode at the
+  /// roofline: weights in one arena"). Below the threshold (the default
   /// 32 MiB: a model that small runs from the last-level cache) or with SIZE_MAX, they stay
   /// where they were made. Loading copies them once more; resident memory grows by one matrix.
   std::size_t int4_arena_min_bytes = std::size_t{32} << 20;
@@ -157,6 +158,14 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;
   Linear q_proj, k_proj, v_proj, o_proj;        ///< self_attn.*
   Linear gate_proj, up_proj, down_proj;         ///< mlp.*
+
+  /// The seven linears in the order a decode step reads them: q, k, v, o, gate, up, down.
+  std::array<Linear*, 7> linears() noexcept {
+    return {&q_proj, &k_proj, &v_proj, &o_proj, &gate_proj, &up_proj, &down_proj};
+  }
+  std::array<const Linear*, 7> linears() const noexcept {
+    return {&q_proj, &k_proj, &v_proj, &o_proj, &gate_proj, &up_proj, &down_proj};
+  }
 };
 
 /// Everything a transformer needs, loaded by load_weights(). Immutable once loaded: share one
@@ -192,8 +201,7 @@ struct TransformerWeights {
       if (l.int8()) r.emplace_back(l.q8.data(), l.q8.byte_size());
     };
     for (const LayerWeights& l : layers)
-      for (const Linear* p :
-           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      for (const Linear* p : l.linears())
         add(*p);
     add(lm_head);
     return r;
@@ -207,8 +215,7 @@ struct TransformerWeights {
       b += (l.input_layernorm.size() + l.post_attention_layernorm.size() + l.q_norm.size() +
             l.k_norm.size()) *
            4;
-      for (const Linear* p :
-           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      for (const Linear* p : l.linears())
         b += p->owned_bytes();
     }
     return b;
@@ -228,8 +235,7 @@ inline void gather_int4_matrices(TransformerWeights& w, std::size_t min_bytes) n
     return;  // not gathered: the matrices work from their own buffers
   }
   for (LayerWeights& l : w.layers)
-    for (Linear* p :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+    for (Linear* p : l.linears())
       if (p->int4()) order.push_back(&p->q4);
   if (w.lm_head.int4()) order.push_back(&w.lm_head.q4);
   w.int4_arena = kernels::gather_q4_matrices(order, min_bytes);
