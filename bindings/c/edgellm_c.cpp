@@ -14,6 +14,7 @@
 #include "edgellm/session.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,8 +39,14 @@ struct edgellm_model {
 // The engine is held here as well as inside the Session, so that the model's memory outlives the
 // session whatever order the app frees them in.
 struct edgellm_session {
+  // Who holds the session (SessionClaim): calls on a session do not nest (a token callback that
+  // calls back into its session) or overlap (two threads).
+  enum : int { idle = 0, in_call = 1, free_after_call = 2 };
+
   std::shared_ptr<const edgellm::Engine> engine;
   edgellm::Session session;
+  mutable std::atomic<int> use{idle};
+  mutable std::atomic<const char*> holder{nullptr};  // the running call's name, for messages
 };
 
 namespace {
@@ -133,16 +140,76 @@ edgellm_status guarded(std::string_view where, Body&& body) noexcept {
   }
 }
 
+// ---- one call at a time on a session ----------------------------------------------------------
+
+// Holds `session` for one call. A call that finds it held (re-entered from its own token
+// callback, where it would mix the running generation's state, or from another thread) gets
+// EDGELLM_ERR_BUSY and changes nothing. edgellm_session_free() on a held session only marks it;
+// the claim frees it when the call that holds it returns.
+class SessionClaim {
+ public:
+  SessionClaim(const edgellm_session* session, std::string_view where) noexcept
+      : session_(session) {
+    int expected = edgellm_session::idle;
+    held_ = session->use.compare_exchange_strong(expected, edgellm_session::in_call,
+                                                 std::memory_order_acquire);
+    if (held_) session->holder.store(where.data(), std::memory_order_relaxed);
+  }
+  SessionClaim(const SessionClaim&) = delete;
+  SessionClaim& operator=(const SessionClaim&) = delete;
+  ~SessionClaim() {
+    if (!held_) return;
+    session_->holder.store(nullptr, std::memory_order_relaxed);
+    if (session_->use.exchange(edgellm_session::idle, std::memory_order_acq_rel) ==
+        edgellm_session::free_after_call)
+      delete session_;
+  }
+
+  bool held() const noexcept { return held_; }
+
+  edgellm_status busy(std::string_view where) const noexcept {
+    const char* holder = session_->holder.load(std::memory_order_relaxed);
+    try {
+      return fail(EDGELLM_ERR_BUSY, where,
+                  "session: busy in " + std::string(holder != nullptr ? holder : "another call") +
+                      " (called from its token callback, or from another thread while it runs);"
+                      " nothing was changed");
+    } catch (...) {
+      return fail(EDGELLM_ERR_BUSY, "session: busy in another call; nothing was changed");
+    }
+  }
+
+ private:
+  const edgellm_session* session_;
+  bool held_ = false;
+};
+
 // ---- the memory plan -------------------------------------------------------------------------
+
+// A context past the positions the model was trained for is refused: SessionOptions has no
+// switch that allows it (the CLI's --force-context is the CLI's own), so neither has the C API.
+// `name`: how the caller's options are called in messages.
+edgellm_status check_context_size(std::string_view where, const std::string& name,
+                                  std::size_t context_size, std::size_t max_position) {
+  if (max_position == 0 || context_size <= max_position) return EDGELLM_OK;
+  return invalid(where, name + "->context_size: " + std::to_string(context_size) +
+                            " is above the model's max_position_embeddings " +
+                            std::to_string(max_position) + " (positions it was not trained for)");
+}
 
 // The memory plan (edgellm::plan_memory, edgellm/plan.hpp) in the C struct: edgellm_plan()
 // returns it, and edgellm_model_load() with memory_budget_bytes != 0 refuses with
-// EDGELLM_ERR_OUT_OF_MEMORY when its peak exceeds the budget.
-edgellm_status make_memory_plan(const char* model_dir, const edgellm::EngineOptions& eo,
+// EDGELLM_ERR_OUT_OF_MEMORY when its peak exceeds the budget. `so_name` as in check_context_size.
+edgellm_status make_memory_plan(std::string_view where, const std::string& so_name,
+                                const char* model_dir, const edgellm::EngineOptions& eo,
                                 const edgellm::SessionOptions& so, edgellm_memory_plan* out) {
   *out = edgellm_memory_plan{};
   auto plan = edgellm::plan_memory(model_dir, eo, so);
   if (!plan) return fail(plan.error());
+  if (auto st = check_context_size(where, so_name, so.context_size,
+                                   plan->weights.config.max_position_embeddings);
+      st != EDGELLM_OK)
+    return st;
   out->weights_mapped_bytes = plan->weights.files_bytes + (plan->has_draft ? plan->draft.files_bytes : 0);
   out->weights_resident_bytes =
       plan->weights.resident_bytes() + (plan->has_draft ? plan->draft.resident_bytes() : 0);
@@ -336,6 +403,7 @@ extern "C" const char* edgellm_status_string(edgellm_status status) {
     case EDGELLM_ERR_CAPACITY: return "capacity exceeded";
     case EDGELLM_ERR_OUT_OF_MEMORY: return "out of memory";
     case EDGELLM_ERR_INTERNAL: return "internal error";
+    case EDGELLM_ERR_BUSY: return "session busy";
   }
   return "unknown status";
 }
@@ -393,7 +461,10 @@ extern "C" edgellm_status edgellm_model_load(const char* model_dir,
           st != EDGELLM_OK)
         return st;
       edgellm_memory_plan plan;
-      if (auto st = make_memory_plan(model_dir, eo, so, &plan); st != EDGELLM_OK) return st;
+      if (auto st = make_memory_plan(where, "the default session options", model_dir, eo, so,
+                                     &plan);
+          st != EDGELLM_OK)
+        return st;
       if (plan.peak_bytes > o.memory_budget_bytes) {
         return fail(EDGELLM_ERR_OUT_OF_MEMORY, where,
                     "options->memory_budget_bytes: " + std::to_string(o.memory_budget_bytes) +
@@ -533,6 +604,10 @@ extern "C" edgellm_status edgellm_session_create(const edgellm_model* model,
         options != nullptr ? *options : edgellm_session_options_default();
     edgellm::SessionOptions so;
     if (auto st = to_session_options(where, "options", o, so); st != EDGELLM_OK) return st;
+    if (auto st = check_context_size(where, "options", so.context_size,
+                                     model->engine->config().max_position_embeddings);
+        st != EDGELLM_OK)
+      return st;
     auto s = edgellm::Session::create(model->engine, so);
     if (!s) return fail(s.error());
     *out_session = new edgellm_session{model->engine, std::move(*s)};
@@ -540,12 +615,43 @@ extern "C" edgellm_status edgellm_session_create(const edgellm_model* model,
   });
 }
 
-extern "C" void edgellm_session_free(edgellm_session* session) { delete session; }
+extern "C" void edgellm_session_free(edgellm_session* session) {
+  if (session == nullptr) return;
+  int state = edgellm_session::idle;
+  for (;;) {
+    if (session->use.compare_exchange_weak(state, edgellm_session::free_after_call,
+                                           std::memory_order_acq_rel)) {
+      if (state == edgellm_session::idle) {
+        delete session;
+      } else {
+        // From the token callback: freeing now would pull the session from under the running
+        // call. Its SessionClaim frees it when it returns.
+        const char* holder = session->holder.load(std::memory_order_relaxed);
+        try {
+          set_last_error(std::string("[edgellm_session_free] session: busy in ") +
+                         (holder != nullptr ? holder : "another call") +
+                         "; generation stops and the session is freed when that call returns");
+        } catch (...) {
+          set_last_error("[edgellm_session_free] session: busy; freed when its call returns");
+        }
+      }
+      return;
+    }
+    if (state == edgellm_session::free_after_call) {
+      set_last_error("[edgellm_session_free] session: already freed (its free is deferred "
+                     "until the running call returns); ignored");
+      return;
+    }
+    // `state` now holds the value seen: in_call (mark it) or idle (free it); try again.
+  }
+}
 
 extern "C" edgellm_status edgellm_session_reset(edgellm_session* session) {
   constexpr std::string_view where = "edgellm_session_reset";
   return guarded(where, [&]() -> edgellm_status {
     if (session == nullptr) return invalid(where, "session: NULL");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
     if (auto st = session->session.reset(); !st) return fail(st.error());
     return EDGELLM_OK;
   });
@@ -557,6 +663,8 @@ extern "C" edgellm_status edgellm_session_set_sampling(edgellm_session* session,
   return guarded(where, [&]() -> edgellm_status {
     if (session == nullptr) return invalid(where, "session: NULL");
     if (sampling == nullptr) return invalid(where, "sampling: NULL");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
     edgellm::decode::SamplingOptions so;
     if (auto st = to_sampling(where, "sampling", *sampling, so); st != EDGELLM_OK) return st;
     if (auto st = session->session.set_sampling(so); !st) return fail(st.error());
@@ -600,8 +708,11 @@ edgellm_status run_generate(std::string_view where, edgellm_session* session, Pr
   if (auto st = to_generate_options(where, o, go); st != EDGELLM_OK) return st;
   edgellm::TokenCallback on_token;
   if (callback != nullptr) {
-    on_token = [callback, user_data](std::string_view text, std::int32_t token) {
-      return callback(text.data(), text.size(), token, user_data) != 0;
+    on_token = [callback, user_data, session](std::string_view text, std::int32_t token) {
+      const bool go_on = callback(text.data(), text.size(), token, user_data) != 0;
+      // A session freed from its own callback stops here; its claim frees it on return.
+      return go_on && session->use.load(std::memory_order_acquire) !=
+                          edgellm_session::free_after_call;
     };
   }
   auto out = session->session.generate(prompt, go, on_token);
@@ -628,6 +739,8 @@ extern "C" edgellm_status edgellm_generate(edgellm_session* session, const char*
   return guarded(where, [&]() -> edgellm_status {
     if (out_stats != nullptr) *out_stats = edgellm_generation_stats{};
     if (session == nullptr) return invalid(where, "session: NULL");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
     if (prompt == nullptr) return invalid(where, "prompt: NULL");
     if (prompt[0] == '\0') return invalid(where, "prompt: empty");
     if (session->engine->tokenizer() == nullptr) return no_tokenizer(where);
@@ -646,6 +759,8 @@ extern "C" edgellm_status edgellm_generate_tokens(edgellm_session* session,
   return guarded(where, [&]() -> edgellm_status {
     if (out_stats != nullptr) *out_stats = edgellm_generation_stats{};
     if (session == nullptr) return invalid(where, "session: NULL");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
     if (prompt_ids == nullptr) return invalid(where, "prompt_ids: NULL");
     if (n_ids == 0) return invalid(where, "n_ids: 0 (the prompt needs at least one token)");
     if (auto st = check_ids(where, "prompt_ids", *session->engine, prompt_ids, n_ids);
@@ -666,6 +781,8 @@ extern "C" edgellm_status edgellm_session_save_prompt_cache(const edgellm_sessio
     if (session == nullptr) return invalid(where, "session: NULL");
     if (path == nullptr) return invalid(where, "path: NULL");
     if (path[0] == '\0') return invalid(where, "path: empty");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
     if (auto st = session->session.save_prompt_cache(path); !st) return fail(st.error());
     return EDGELLM_OK;
   });
@@ -680,6 +797,8 @@ extern "C" edgellm_status edgellm_session_load_prompt_cache(edgellm_session* ses
     if (session == nullptr) return invalid(where, "session: NULL");
     if (path == nullptr) return invalid(where, "path: NULL");
     if (path[0] == '\0') return invalid(where, "path: empty");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
     auto held = session->session.load_prompt_cache(path);
     if (!held) return fail(held.error());
     if (out_n_tokens != nullptr) *out_n_tokens = held->size();
@@ -707,6 +826,6 @@ extern "C" edgellm_status edgellm_plan(const char* model_dir,
     if (auto st = to_engine_options(where, "model_options", mo, eo); st != EDGELLM_OK) return st;
     edgellm::SessionOptions sso;
     if (auto st = to_session_options(where, "session_options", so, sso); st != EDGELLM_OK) return st;
-    return make_memory_plan(model_dir, eo, sso, out_plan);
+    return make_memory_plan(where, "session_options", model_dir, eo, sso, out_plan);
   });
 }

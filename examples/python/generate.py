@@ -4,11 +4,15 @@
 generate with a token callback, cancel from the callback after N tokens, print the statistics.
 
     python3 examples/python/generate.py [--lib build/release/lib/libedgellm_c.so]
-        [--model models/kjv-target-awq] [--prompt TEXT] [--max-tokens N] [--cancel-after N]
+        [--model models/kjv-target-awq] [--prompt TEXT] [--max-tokens N] [--context N]
+        [--cancel-after N]
 
 The library is --lib, else $EDGELLM_C_LIB, else build/*/lib/libedgellm_c.so of this checkout,
 else whatever the dynamic loader finds as libedgellm_c. Any FFI works the same way: mirror the
-structs of include/edgellm/c/edgellm.h, check every status, read edgellm_last_error() on failure.
+structs of include/edgellm/c/edgellm.h, check every status, read edgellm_last_error() on failure
+(here: EdgellmError, which carries the status). Text crosses as UTF-8 bytes; bytes that are not
+UTF-8 (a prompt or path from a non-UTF-8 command line, a message naming such a path) are shown
+with U+FFFD, never a traceback.
 """
 import argparse
 import ctypes
@@ -22,7 +26,9 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 # ---- the C header's types -----------------------------------------------------------------
 
 c_status = ctypes.c_int  # edgellm_status; EDGELLM_OK == 0
+ERR_INVALID_ARGUMENT, ERR_BUSY = 1, 10
 STOP_REASONS = ["eos", "stop string", "max tokens", "context full", "callback"]
+UINT32_MAX = 0xFFFFFFFF
 
 
 class ModelOptions(ctypes.Structure):
@@ -62,6 +68,20 @@ TokenCallback = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_char), 
                                  ctypes.c_int32, ctypes.c_void_p)
 
 
+def text(data):
+    """UTF-8 bytes from the library as str; invalid sequences become U+FFFD."""
+    return data.decode("utf-8", errors="replace") if data is not None else ""
+
+
+class EdgellmError(Exception):
+    """A failed edgellm call: status is the edgellm_status (ERR_BUSY, ...), message the
+    library's edgellm_last_error(), which names the file, tensor or argument."""
+
+    def __init__(self, what, status, status_name, message):
+        super().__init__(f"{what}: {status_name}: {message}")
+        self.status, self.message = status, message
+
+
 def find_library(explicit):
     if explicit:
         return explicit
@@ -75,23 +95,26 @@ def find_library(explicit):
 
 def load_api(path):
     lib = ctypes.CDLL(path)
+    session, status = ctypes.c_void_p, c_status
     sigs = {
         "edgellm_last_error": (ctypes.c_char_p, []),
-        "edgellm_status_string": (ctypes.c_char_p, [c_status]),
+        "edgellm_status_string": (ctypes.c_char_p, [status]),
         "edgellm_build_info": (ctypes.c_char_p, []),
         "edgellm_model_options_default": (ModelOptions, []),
-        "edgellm_model_load": (c_status, [ctypes.c_char_p, ctypes.POINTER(ModelOptions),
-                                          ctypes.POINTER(ctypes.c_void_p)]),
+        "edgellm_model_load": (status, [ctypes.c_char_p, ctypes.POINTER(ModelOptions),
+                                        ctypes.POINTER(ctypes.c_void_p)]),
         "edgellm_model_free": (None, [ctypes.c_void_p]),
         "edgellm_sampling_greedy": (Sampling, []),
         "edgellm_session_options_default": (SessionOptions, []),
-        "edgellm_session_create": (c_status, [ctypes.c_void_p, ctypes.POINTER(SessionOptions),
-                                              ctypes.POINTER(ctypes.c_void_p)]),
-        "edgellm_session_free": (None, [ctypes.c_void_p]),
+        "edgellm_session_create": (status, [ctypes.c_void_p, ctypes.POINTER(SessionOptions),
+                                            ctypes.POINTER(ctypes.c_void_p)]),
+        "edgellm_session_free": (None, [session]),
+        "edgellm_session_reset": (status, [session]),
+        "edgellm_session_context_size": (ctypes.c_size_t, [session]),
         "edgellm_generate_options_default": (GenerateOptions, []),
-        "edgellm_generate": (c_status, [ctypes.c_void_p, ctypes.c_char_p,
-                                        ctypes.POINTER(GenerateOptions), TokenCallback,
-                                        ctypes.c_void_p, ctypes.POINTER(GenerationStats)]),
+        "edgellm_generate": (status, [session, ctypes.c_char_p, ctypes.POINTER(GenerateOptions),
+                                      TokenCallback, ctypes.c_void_p,
+                                      ctypes.POINTER(GenerationStats)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -99,54 +122,98 @@ def load_api(path):
     return lib
 
 
+def check(api, status, what):
+    """Raises EdgellmError for a failed call (status != EDGELLM_OK)."""
+    if status != 0:
+        raise EdgellmError(what, status, text(api.edgellm_status_string(status)),
+                           text(api.edgellm_last_error()))
+
+
+def count_arg(lowest, minus_one=None):
+    """An argparse type: an integer in [lowest, 2^32 - 1], or -1 when minus_one says what it
+    means (the C API's counts are uint32_t: -1 would wrap to 4294967295)."""
+    def parse(s):
+        try:
+            n = int(s)
+            if lowest <= n <= UINT32_MAX or (minus_one and n == -1):
+                return n
+        except ValueError:
+            pass
+        also = f", or -1 ({minus_one})" if minus_one else ""
+        raise argparse.ArgumentTypeError(f"{s} is not an integer in [{lowest}, {UINT32_MAX}]{also}")
+    return parse
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", help="path of libedgellm_c.so")
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "kjv-target-awq"))
     ap.add_argument("--prompt", default="And God said")
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--cancel-after", type=int, default=0,
+    ap.add_argument("--max-tokens", type=count_arg(1, "until the end of text or the context"),
+                    default=64, help="tokens to generate; -1: until the end of text or the context")
+    ap.add_argument("--context", type=count_arg(0), default=0,
+                    help="tokens the session holds (0: the model's default)")
+    ap.add_argument("--cancel-after", type=count_arg(0), default=0,
                     help="stop from the callback after this many pieces of text (0: never)")
     args = ap.parse_args()
+    # Text that is not valid in the terminal's encoding is shown as '?' or U+FFFD, not raised.
+    sys.stdout.reconfigure(errors="replace")
+    sys.stderr.reconfigure(errors="replace")
+    # The command line's own bytes (os.fsencode undoes Python's surrogateescape).
+    prompt, model_dir = os.fsencode(args.prompt), os.fsencode(args.model)
 
     api = load_api(find_library(args.lib))
-
-    def check(status, what):
-        if status != 0:
-            sys.exit(f"{what}: {api.edgellm_status_string(status).decode()}: "
-                     f"{api.edgellm_last_error().decode()}")
-
-    print(api.edgellm_build_info().decode(), file=sys.stderr)
+    print(text(api.edgellm_build_info()), file=sys.stderr)
     model, session = ctypes.c_void_p(), ctypes.c_void_p()
-    check(api.edgellm_model_load(args.model.encode(), None, ctypes.byref(model)), "load")
+    echoed = False
     try:
+        check(api, api.edgellm_model_load(model_dir, None, ctypes.byref(model)), "load")
         so = api.edgellm_session_options_default()
         so.sampling = api.edgellm_sampling_greedy()
-        check(api.edgellm_session_create(model, ctypes.byref(so), ctypes.byref(session)),
+        so.context_size = args.context
+        check(api, api.edgellm_session_create(model, ctypes.byref(so), ctypes.byref(session)),
               "session")
         go = api.edgellm_generate_options_default()
-        go.max_new_tokens = args.max_tokens
-        pieces = 0
+        # -1: as many as the context holds; generation ends earlier at the model's eos.
+        go.max_new_tokens = (args.max_tokens if args.max_tokens != -1
+                             else api.edgellm_session_context_size(session))
+        pieces, raised = 0, []
 
-        def on_token(text, text_len, token, user_data):
-            # No exception may escape into C: ctypes prints and ignores one, so keep it simple.
+        def on_token(piece, piece_len, token, user_data):
+            # No exception may escape into C (ctypes would print it and go on): keep it, stop.
             nonlocal pieces
-            sys.stdout.write(ctypes.string_at(text, text_len).decode("utf-8"))
-            sys.stdout.flush()
-            pieces += 1
-            return 0 if args.cancel_after and pieces >= args.cancel_after else 1
+            try:
+                sys.stdout.write(text(ctypes.string_at(piece, piece_len)))
+                sys.stdout.flush()
+                pieces += 1
+                return 0 if args.cancel_after and pieces >= args.cancel_after else 1
+            except BaseException as e:  # BrokenPipeError, KeyboardInterrupt too
+                raised.append(e)
+                return 0
 
         callback = TokenCallback(on_token)  # keep a reference while C may call it
         stats = GenerationStats()
-        sys.stdout.write(args.prompt)
-        check(api.edgellm_generate(session, args.prompt.encode(), ctypes.byref(go), callback,
-                                   None, ctypes.byref(stats)), "generate")
+        sys.stdout.write(text(prompt))
+        echoed = True
+        check(api, api.edgellm_generate(session, prompt, ctypes.byref(go), callback, None,
+                                        ctypes.byref(stats)), "generate")
+        if raised:
+            raise raised[0]
         print()
         print(f"[{stats.prompt_tokens} prompt tokens, {stats.new_tokens} generated; "
               f"stop: {STOP_REASONS[stats.stop_reason]}; time to first token "
               f"{stats.time_to_first_token_s * 1e3:.1f} ms]")
-        if args.cancel_after and pieces >= args.cancel_after and STOP_REASONS[stats.stop_reason] != "callback":
+        if (args.cancel_after and pieces >= args.cancel_after
+                and STOP_REASONS[stats.stop_reason] != "callback"):
             sys.exit("the callback returned 0 but generation went on")
+    except EdgellmError as e:
+        if echoed:
+            print()
+        sys.exit(str(e))
+    except BrokenPipeError:
+        # stdout went away (| head): no second error when Python flushes it at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     finally:
         api.edgellm_session_free(session)  # both accept NULL
         api.edgellm_model_free(model)

@@ -141,11 +141,12 @@ static void test_version_and_status(void) {
   CHECK(strstr(info, "git ") != NULL && strstr(info, "arch ") != NULL);
   CHECK(strstr(info, "int4 ") != NULL);
   printf("build info: %s\n", info);
-  for (s = EDGELLM_OK; s <= EDGELLM_ERR_INTERNAL; s = (edgellm_status)(s + 1)) {
+  for (s = EDGELLM_OK; s <= EDGELLM_ERR_BUSY; s = (edgellm_status)(s + 1)) {
     const char* name = edgellm_status_string(s);
     CHECK(name != NULL && name[0] != '\0' && strcmp(name, "unknown status") != 0);
   }
   CHECK(strcmp(edgellm_status_string(EDGELLM_OK), "ok") == 0);
+  CHECK(strcmp(edgellm_status_string(EDGELLM_ERR_BUSY), "session busy") == 0);
   CHECK(strcmp(edgellm_status_string((edgellm_status)42), "unknown status") == 0);
 }
 
@@ -279,8 +280,23 @@ static void test_session_errors(const edgellm_model* model, const edgellm_model*
   CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT, "draft_tokens");
   o = edgellm_session_options_default();
   o.context_size = 1u << 30; /* far past what the model's positions allow */
-  CHECK(edgellm_session_create(model, &o, &s) != EDGELLM_OK);
-  CHECK(s == NULL && edgellm_last_error()[0] != '\0');
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT,
+               "max_position_embeddings");
+  CHECK(s == NULL);
+  /* Above max_position_embeddings (2048): refused, naming both; the limit itself is fine. */
+  CHECK(edgellm_model_max_context(model) == 2048);
+  o.context_size = 100000;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT,
+               "options->context_size: 100000 is above the model's max_position_embeddings 2048");
+  CHECK(s == NULL);
+  o.context_size = 2049;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_ERR_INVALID_ARGUMENT,
+               "context_size: 2049");
+  o.context_size = 2048;
+  CHECK_STATUS(edgellm_session_create(model, &o, &s), EDGELLM_OK, NULL);
+  CHECK(s != NULL && edgellm_session_context_size(s) == 2048);
+  edgellm_session_free(s);
+  s = NULL;
 
   CHECK_STATUS(edgellm_session_reset(NULL), EDGELLM_ERR_INVALID_ARGUMENT, "session");
   CHECK_STATUS(edgellm_session_set_sampling(NULL, &d), EDGELLM_ERR_INVALID_ARGUMENT, "session");
@@ -433,6 +449,118 @@ static void test_generate(const edgellm_model* model) {
   edgellm_session_free(s);
 }
 
+/* ---- calls on a session from inside its own token callback -------------------------------- */
+
+enum { kReentryCalls = 6 };
+
+typedef struct {
+  edgellm_session* session;
+  Collect text;
+  int calls;
+  int free_session;             /* nonzero: free the session (twice) on the first call */
+  char cache_path[256];         /* save_prompt_cache target: must stay unwritten */
+  edgellm_status got[kReentryCalls];
+  int named_busy[kReentryCalls]; /* last_error said "busy in edgellm_generate" */
+  size_t position;               /* edgellm_session_position() read in the callback */
+  size_t held;                   /* load_prompt_cache's *out_n_tokens: 0 when refused */
+  char free_error[2][512];
+} Reentry;
+
+static void note_busy(Reentry* r, int i, edgellm_status st) {
+  r->got[i] = st;
+  r->named_busy[i] = strstr(edgellm_last_error(), "session: busy in edgellm_generate") != NULL;
+}
+
+/* On its first call, calls back into its own session: every call must be refused (BUSY) and
+ * change nothing; or frees the session, which must wait until edgellm_generate returns. */
+static int32_t reenter(const char* text, size_t text_len, int32_t token, void* user_data) {
+  Reentry* r = (Reentry*)user_data;
+  ++r->calls;
+  collect(text, text_len, token, &r->text);
+  if (r->calls != 1) return 1;
+  if (r->free_session) {
+    edgellm_session_free(r->session);
+    snprintf(r->free_error[0], sizeof r->free_error[0], "%s", edgellm_last_error());
+    edgellm_session_free(r->session); /* a second free while deferred is ignored */
+    snprintf(r->free_error[1], sizeof r->free_error[1], "%s", edgellm_last_error());
+    return 1; /* generation stops all the same */
+  }
+  {
+    const int32_t ids[2] = {296, 389};
+    edgellm_generate_options g = n_tokens(2);
+    edgellm_sampling hot = edgellm_sampling_default();
+    size_t held = 99;
+    hot.temperature = 1.5f;
+    hot.seed = 3;
+    r->position = edgellm_session_position(r->session);
+    note_busy(r, 0, edgellm_generate(r->session, "In the beginning", &g, collect, &r->text, NULL));
+    note_busy(r, 1, edgellm_generate_tokens(r->session, ids, 2, &g, NULL, NULL, NULL));
+    note_busy(r, 2, edgellm_session_reset(r->session));
+    note_busy(r, 3, edgellm_session_set_sampling(r->session, &hot));
+    note_busy(r, 4, edgellm_session_save_prompt_cache(r->session, r->cache_path));
+    note_busy(r, 5, edgellm_session_load_prompt_cache(r->session, r->cache_path, &held));
+    r->held = held;
+  }
+  return 1;
+}
+
+static void test_reentrancy(const edgellm_model* model) {
+  edgellm_session_options so = greedy_options();
+  edgellm_generate_options g = n_tokens(g_tokens);
+  edgellm_generation_stats stats;
+  Collect want;
+  Reentry r;
+  int i;
+  greedy_text(model, &so, "And God said", g_tokens, &want);
+
+  memset(&r, 0, sizeof r);
+  snprintf(r.cache_path, sizeof r.cache_path, "/tmp/edgellm-c-api-reentry-%ld.cache",
+           (long)getpid());
+  unlink(r.cache_path);
+  REQUIRE_OK(edgellm_session_create(model, &so, &r.session));
+  CHECK_STATUS(edgellm_generate(r.session, "And God said", &g, reenter, &r, &stats), EDGELLM_OK,
+               NULL);
+  for (i = 0; i < kReentryCalls; ++i) {
+    if (r.got[i] != EDGELLM_ERR_BUSY || !r.named_busy[i]) {
+      fprintf(stderr, "re-entrant call %d: status %d (%s), want EDGELLM_ERR_BUSY\n", i,
+              (int)r.got[i], edgellm_status_string(r.got[i]));
+    }
+    CHECK(r.got[i] == EDGELLM_ERR_BUSY && r.named_busy[i]);
+  }
+  /* Nothing changed: the generation went on as if no call had been made. */
+  CHECK(r.position >= 3 && r.held == 0);
+  CHECK(stats.stop_reason == EDGELLM_STOP_MAX_TOKENS && stats.new_tokens == g_tokens);
+  CHECK(strcmp(r.text.text, want.text) == 0);
+  CHECK(access(r.cache_path, F_OK) != 0); /* save_prompt_cache wrote nothing */
+  /* And the session is free again afterwards. */
+  CHECK_STATUS(edgellm_session_reset(r.session), EDGELLM_OK, NULL);
+  CHECK_STATUS(edgellm_generate(r.session, "And God said", &g, NULL, NULL, NULL), EDGELLM_OK,
+               NULL);
+  edgellm_session_free(r.session);
+
+  /* Freed from its own callback: generation stops there, the session is freed when
+   * edgellm_generate returns (ASan/UBSan would see a use after free otherwise). */
+  memset(&r, 0, sizeof r);
+  r.free_session = 1;
+  REQUIRE_OK(edgellm_session_create(model, &so, &r.session));
+  CHECK_STATUS(edgellm_generate(r.session, "And God said", &g, reenter, &r, &stats), EDGELLM_OK,
+               NULL);
+  CHECK(r.calls == 1 && stats.new_tokens == 1 && stats.stop_reason == EDGELLM_STOP_CALLBACK);
+  CHECK(strstr(r.free_error[0], "freed when that call returns") != NULL);
+  CHECK(strstr(r.free_error[1], "already freed") != NULL);
+  CHECK(strcmp(edgellm_last_error(), r.free_error[1]) == 0); /* the OK return keeps it */
+  /* The same through edgellm_generate_tokens. */
+  memset(&r, 0, sizeof r);
+  r.free_session = 1;
+  REQUIRE_OK(edgellm_session_create(model, &so, &r.session));
+  {
+    const int32_t ids[3] = {296, 389, 385};
+    CHECK_STATUS(edgellm_generate_tokens(r.session, ids, 3, &g, reenter, &r, &stats), EDGELLM_OK,
+                 NULL);
+  }
+  CHECK(r.calls == 1 && stats.stop_reason == EDGELLM_STOP_CALLBACK);
+}
+
 static void test_prompt_cache(const edgellm_model* model) {
   char dir[] = "/tmp/edgellm-c-api-XXXXXX";
   char path[256], garbage[256];
@@ -534,6 +662,12 @@ static void test_plan(void) {
   so.kv_type = (edgellm_kv_type)-1;
   CHECK_STATUS(edgellm_plan(g_target, NULL, &so, &plan), EDGELLM_ERR_INVALID_ARGUMENT,
                "session_options->kv_type: -1");
+  so = edgellm_session_options_default();
+  so.context_size = 100000; /* the model's max_position_embeddings is 2048 */
+  CHECK_STATUS(edgellm_plan(g_target, NULL, &so, &plan), EDGELLM_ERR_INVALID_ARGUMENT,
+               "session_options->context_size: 100000 is above the model's "
+               "max_position_embeddings 2048");
+  so = edgellm_session_options_default();
   /* The plan of the default load and session, and a load held to a budget below it. */
   CHECK_STATUS(edgellm_plan(g_target, NULL, NULL, &plan), EDGELLM_OK, NULL);
   CHECK(plan.peak_bytes > 0 && plan.context_size > 0);
@@ -654,6 +788,7 @@ int main(void) {
   test_session_errors(model, draft);
   test_generate_errors(model);
   test_generate(model);
+  test_reentrancy(model);
   test_prompt_cache(model);
   test_speculative(model, draft);
   test_without_tokenizer(draft);

@@ -330,6 +330,66 @@ TEST_CASE("Chat template Jinja semantics follow Python's Jinja2 with trim/lstrip
   }
 }
 
+TEST_CASE("Chat template integer arithmetic is checked, never wrapped", "[chat_template]") {
+  // Python's ints are unbounded, a template's are int64_t: a result outside it is an error
+  // naming the operation (2 ** 64 used to render 0; range() near INT64_MAX overflowed, which
+  // is undefined behaviour: run under -fsanitize=undefined).
+  const auto overflows = [](std::string_view expr, std::string_view names) {
+    const edgellm::error e = render_error("{{ " + std::string(expr) + " }}");
+    INFO(expr << " -> " << e.message);
+    CHECK(e.code == errc::out_of_range);
+    CHECK(e.message.find("integer overflow in " + std::string(names)) != std::string::npos);
+  };
+  SECTION("operators") {
+    overflows("2 ** 64", "2 ** 64");
+    overflows("2 ** 63", "2 ** 63");
+    overflows("3 ** 1000000000000", "3 ** 1000000000000");
+    overflows("9223372036854775807 + 1", "9223372036854775807 + 1");
+    overflows("-9223372036854775807 - 2", "-9223372036854775807 - 2");
+    overflows("4611686018427387904 * 2", "4611686018427387904 * 2");
+    overflows("(-9223372036854775807 - 1) // -1", "-9223372036854775808 // -1");
+    overflows("-(-9223372036854775807 - 1)", "-(-9223372036854775808)");
+    overflows("(-9223372036854775807 - 1) | abs", "abs(-9223372036854775808)");
+    overflows("[9223372036854775807, 1] | sum", "9223372036854775807 + 1");
+    overflows("1e19 | int", "int(1e+19)");
+    overflows("'99999999999999999999' | int", "int('99999999999999999999')");
+    // Line and column come first, as for every render error.
+    CHECK(render_error("{{ 2 ** 64 }}").message.find("line 1, column") != std::string::npos);
+    // Up to the limits the results are exact.
+    CHECK(eval("2 ** 62") == "4611686018427387904");
+    CHECK(eval("(-2) ** 63") == "-9223372036854775808");
+    CHECK(eval("1 ** 1000000000000000000") == "1");
+    CHECK(eval("(-1) ** 1000000000000000001") == "-1");
+    CHECK(eval("0 ** 0") == "1");
+    CHECK(eval("2 ** -1") == "0.5");
+    CHECK(eval("9223372036854775806 + 1") == "9223372036854775807");
+    CHECK(eval("-9223372036854775807 - 1") == "-9223372036854775808");
+    CHECK(eval("(-9223372036854775807 - 1) % -1") == "0");
+    CHECK(eval("(-9223372036854775807 - 1) // 1") == "-9223372036854775808");
+    CHECK(eval("[9223372036854775806, 1] | sum") == "9223372036854775807");
+    CHECK(eval("-9.5 | int") == "-9");
+    CHECK(eval("'nan' | float | int(7)") == "7");  // the default, as Jinja2's int filter
+  }
+  SECTION("range() and slices near the int64_t bounds") {
+    CHECK(eval("range(9223372036854775806, 9223372036854775807, 2) | list") ==
+          "[9223372036854775806]");
+    CHECK(eval("range(9223372036854775805, 9223372036854775807) | list") ==
+          "[9223372036854775805, 9223372036854775806]");
+    CHECK(eval("range(-9223372036854775807, -9223372036854775807 - 1, -5) | list") ==
+          "[-9223372036854775807]");
+    CHECK(eval("range(0, 9223372036854775807, 4611686018427387904) | list") ==
+          "[0, 4611686018427387904]");
+    CHECK(eval("range(9223372036854775807, 0, -9223372036854775807 - 1) | list") ==
+          "[9223372036854775807]");
+    CHECK(eval("range(3, 0, -1) | list") == "[3, 2, 1]");
+    CHECK(render_error("{{ range(-9223372036854775807, 9223372036854775807) | length }}").code ==
+          errc::capacity_exceeded);
+    CHECK(eval("[1, 2, 3][1::9223372036854775807]") == "[2]");
+    CHECK(eval("'abc'[2::-9223372036854775807 - 1]") == "c");
+    CHECK(eval("[1, 2, 3][-9223372036854775807 - 1:9223372036854775807]") == "[1, 2, 3]");
+  }
+}
+
 TEST_CASE("A rendered Qwen ChatML prompt encodes its markers as special tokens", "[chat_template]") {
   // The test tokenizer of tests/data/tokenizer gives <|im_start|> and <|im_end|> their own ids,
   // as the real Qwen2 vocabulary does (151644, 151645).

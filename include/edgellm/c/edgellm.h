@@ -19,11 +19,18 @@
  *   same thread, until the next edgellm_* call on that thread (like errno: one slot per thread,
  *   never shared between threads). No C++ exception crosses this interface.
  *
- * Threads
+ * Threads and re-entrancy
  *   A model may be shared by any number of sessions used concurrently on different threads.
  *   A session is used by one thread at a time. The token callback runs on the thread that
  *   called edgellm_generate(). A model loaded with threads > 1 owns a pool of that many
  *   threads that its sessions take turns on.
+ *   Calls on one session do not nest: while a call on a session runs (edgellm_generate*, and
+ *   the reset, set_sampling and prompt-cache calls), another call on that session, from the
+ *   token callback or from another thread, returns EDGELLM_ERR_BUSY and changes nothing.
+ *   edgellm_session_position() and edgellm_session_context_size() only read, and answer from
+ *   the callback too. edgellm_session_free() on a busy session defers the free: generation
+ *   stops as if the callback had returned 0, and the session is freed when the running call
+ *   returns (the session pointer must not be used after edgellm_session_free()).
  */
 #ifndef EDGELLM_C_EDGELLM_H
 #define EDGELLM_C_EDGELLM_H
@@ -57,7 +64,9 @@ typedef enum edgellm_status {
   EDGELLM_ERR_OUT_OF_RANGE = 6,     /* an index, token id or position past its limit */
   EDGELLM_ERR_CAPACITY = 7,         /* a buffer (context, or a caller's output array) is full */
   EDGELLM_ERR_OUT_OF_MEMORY = 8,    /* an allocation failed, or the memory budget is exceeded */
-  EDGELLM_ERR_INTERNAL = 9          /* a bug: please report the message */
+  EDGELLM_ERR_INTERNAL = 9,         /* a bug: please report the message */
+  EDGELLM_ERR_BUSY = 10             /* the session is inside another call: its own token
+                                       callback (or another thread) called it; nothing changed */
 } edgellm_status;
 
 /* The message of the latest failed call on this thread ("" if none). The pointer stays valid
@@ -149,7 +158,8 @@ EDGELLM_C_API edgellm_sampling edgellm_sampling_greedy(void);
 
 typedef struct edgellm_session_options {
   edgellm_kv_type kv_type;
-  uint32_t context_size;      /* tokens the session holds; 0: the model's default */
+  uint32_t context_size;      /* tokens the session holds; 0: the model's default; at most
+                                 the model's max_position_embeddings */
   uint32_t max_batch;         /* most tokens run through the layers at once; 0: default (64) */
   edgellm_sampling sampling;
   const edgellm_model* draft; /* speculative decoding with this draft model (same tokenizer;
@@ -161,10 +171,15 @@ typedef struct edgellm_session_options {
 /* The defaults: int8 KV, the model's context, batch 64, edgellm_sampling_default(), no drafting. */
 EDGELLM_C_API edgellm_session_options edgellm_session_options_default(void);
 
-/* Creates a session over model (the session keeps the model alive). options may be NULL. */
+/* Creates a session over model (the session keeps the model alive). options may be NULL.
+ * A context_size above the model's max_position_embeddings (positions it was not trained for)
+ * is refused with EDGELLM_ERR_INVALID_ARGUMENT; edgellm_model_max_context() tells the limit. */
 EDGELLM_C_API edgellm_status edgellm_session_create(const edgellm_model* model,
                                                     const edgellm_session_options* options,
                                                     edgellm_session** out_session);
+/* Frees the session. Called while a call on the session runs (from its token callback), the
+ * free is deferred until that call returns, generation stops (stop_reason
+ * EDGELLM_STOP_CALLBACK), and edgellm_last_error() says so. */
 EDGELLM_C_API void edgellm_session_free(edgellm_session* session);
 
 /* Forgets the conversation (the cache holds no tokens; the sampler restarts from its seed). */
@@ -256,7 +271,8 @@ typedef struct edgellm_memory_plan {
 
 /* What loading model_dir with model_options and creating one session with session_options will
  * need, computed from config.json and the safetensors headers before anything large is
- * allocated. Either options pointer may be NULL (the defaults). */
+ * allocated. Either options pointer may be NULL (the defaults). A context_size the session
+ * would refuse (above max_position_embeddings) is refused here too. */
 EDGELLM_C_API edgellm_status edgellm_plan(const char* model_dir,
                                           const edgellm_model_options* model_options,
                                           const edgellm_session_options* session_options,

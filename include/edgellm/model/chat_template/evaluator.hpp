@@ -11,6 +11,7 @@
 
 #include "edgellm/model/chat_template/ast.hpp"
 #include "edgellm/model/chat_template/filters.hpp"
+#include "edgellm/model/chat_template/integer.hpp"
 #include "edgellm/model/chat_template/lexer.hpp"
 #include "edgellm/model/chat_template/methods.hpp"
 #include "edgellm/model/chat_template/value.hpp"
@@ -308,8 +309,11 @@ class Evaluator {
     };
     const std::int64_t start = clampi(part[0], step > 0 ? 0 : len - 1);
     const std::int64_t stop = clampi(part[1], step > 0 ? len : -1);
+    // Counted first: `i += step` past the end with a step near INT64_MAX would overflow.
     std::vector<std::size_t> idx;
-    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) idx.push_back(static_cast<std::size_t>(i));
+    const std::uint64_t n = integer::range_length(start, stop, step);
+    for (std::uint64_t k = 0; k < n; ++k)
+      idx.push_back(static_cast<std::size_t>(integer::range_at(start, step, k)));
     if (obj.is_list()) {
       List out;
       for (std::size_t i : idx) out.push_back(obj.as_list()[i]);
@@ -402,7 +406,15 @@ class Evaluator {
         const Value v = eval(*e.args[0]);
         if (err_) return {};
         if (e.name == "not") return Value::boolean(!v.truthy());
-        if (v.is_int() || v.is_bool()) return Value::integer(e.name == "-" ? -v.as_int() : v.as_int());
+        if (v.is_int() || v.is_bool()) {
+          if (e.name != "-") return Value::integer(v.as_int());
+          auto r = integer::neg(v.as_int());
+          if (!r) {
+            fail(e.pos, r.error());
+            return {};
+          }
+          return Value::integer(*r);
+        }
         if (v.is_float()) return Value::floating(e.name == "-" ? -v.as_double() : v.as_double());
         fail(errc::invalid_argument, e.pos, "unary '" + e.name + "' on a " + v.type_name());
         return {};
@@ -508,34 +520,31 @@ class Evaluator {
       fail(errc::invalid_argument, e.pos, "division by zero");
       return {};
     }
-    if (op == "+") return flt ? Value::floating(x + y) : Value::integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(i) + static_cast<std::uint64_t>(j)));
-    if (op == "-") return flt ? Value::floating(x - y) : Value::integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(i) - static_cast<std::uint64_t>(j)));
-    if (op == "*") return flt ? Value::floating(x * y) : Value::integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(j)));
+    // Integer results outside int64_t are errors (integer.hpp), as Python's unbounded ints
+    // would give a number a template could not print or compare correctly.
+    const auto checked = [&](result<std::int64_t> r) {
+      if (!r) {
+        fail(e.pos, r.error());
+        return Value{};
+      }
+      return Value::integer(*r);
+    };
+    if (op == "+") return flt ? Value::floating(x + y) : checked(integer::add(i, j));
+    if (op == "-") return flt ? Value::floating(x - y) : checked(integer::sub(i, j));
+    if (op == "*") return flt ? Value::floating(x * y) : checked(integer::mul(i, j));
     if (op == "/") return Value::floating(x / y);
-    if (op == "//") {
-      if (flt) return Value::floating(std::floor(x / y));
-      if (i == INT64_MIN && j == -1) return Value::integer(INT64_MIN);
-      std::int64_t q = i / j;
-      if ((i % j != 0) && ((i < 0) != (j < 0))) --q;
-      return Value::integer(q);
-    }
+    if (op == "//")
+      return flt ? Value::floating(std::floor(x / y)) : checked(integer::floor_div(i, j));
     if (op == "%") {
       if (flt) {
         double r = std::fmod(x, y);
         if (r != 0.0 && ((r < 0) != (y < 0))) r += y;
         return Value::floating(r);
       }
-      if (j == -1) return Value::integer(0);
-      std::int64_t r = i % j;
-      if (r != 0 && ((r < 0) != (j < 0))) r += j;
-      return Value::integer(r);
+      return Value::integer(integer::mod(i, j));
     }
     if (op == "**") {
-      if (!flt && j >= 0) {
-        std::int64_t r = 1;
-        for (std::int64_t k = 0; k < j && k < 64; ++k) r = static_cast<std::int64_t>(static_cast<std::uint64_t>(r) * static_cast<std::uint64_t>(i));
-        return Value::integer(r);
-      }
+      if (!flt && j >= 0) return checked(integer::pow(i, j));
       return Value::floating(std::pow(x, y));
     }
     return type_error();
@@ -611,14 +620,16 @@ class Evaluator {
         fail(errc::invalid_argument, e.pos, "range() step cannot be zero");
         return {};
       }
-      List xs;
-      for (std::int64_t v = r[0]; r[2] > 0 ? v < r[1] : v > r[1]; v += r[2]) {
-        if (xs.size() >= limits_.max_iterations) {
-          fail(errc::capacity_exceeded, e.pos, "range() longer than the iteration limit");
-          return {};
-        }
-        xs.push_back(Value::integer(v));
+      // Counted first: stepping a value past a bound near INT64_MAX would overflow.
+      const std::uint64_t n = integer::range_length(r[0], r[1], r[2]);
+      if (n > limits_.max_iterations) {
+        fail(errc::capacity_exceeded, e.pos, "range() longer than the iteration limit");
+        return {};
       }
+      List xs;
+      xs.reserve(static_cast<std::size_t>(n));
+      for (std::uint64_t k = 0; k < n; ++k)
+        xs.push_back(Value::integer(integer::range_at(r[0], r[2], k)));
       return Value::list(std::move(xs));
     }
     if (c.name == "strftime_now") {

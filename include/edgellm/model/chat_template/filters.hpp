@@ -8,11 +8,13 @@
 
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/detail/utf8.hpp"
+#include "edgellm/model/chat_template/integer.hpp"
 #include "edgellm/model/chat_template/value.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -453,12 +455,21 @@ inline result<Value> apply_filter(std::string_view name, const Value& v0, std::s
   }
   if (name == "int") {
     if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
-    if (v.is_float()) return Value::integer(static_cast<std::int64_t>(v.as_double()));
+    if (v.is_float()) {
+      // Truncated toward zero, as Python's int(). NaN takes the default (Jinja2's ValueError);
+      // a float beyond int64_t has no value here (converting it would be undefined behaviour).
+      const double d = std::trunc(v.as_double());
+      if (std::isnan(d)) return arg(0, "default").value_or(Value::integer(0));
+      if (!(d >= -0x1p63 && d < 0x1p63)) return integer::overflow("int(" + to_output(v) + ")");
+      return Value::integer(static_cast<std::int64_t>(d));
+    }
     if (v.is_string()) {
       const std::string t = strip(v.as_string(), std::nullopt, true, true);
       std::int64_t x = 0;
       const auto r = std::from_chars(t.data(), t.data() + t.size(), x);
       if (r.ec == std::errc() && r.ptr == t.data() + t.size() && !t.empty()) return Value::integer(x);
+      if (r.ec == std::errc::result_out_of_range && r.ptr == t.data() + t.size())
+        return integer::overflow("int('" + t + "')");
     }
     return arg(0, "default").value_or(Value::integer(0));
   }
@@ -473,7 +484,11 @@ inline result<Value> apply_filter(std::string_view name, const Value& v0, std::s
     return arg(0, "default").value_or(Value::floating(0.0));
   }
   if (name == "abs") {
-    if (v.is_int()) return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_int()) {
+      auto r = integer::abs(v.as_int());
+      if (!r) return r.error();
+      return Value::integer(*r);
+    }
     if (v.is_float()) return Value::floating(v.as_double() < 0 ? -v.as_double() : v.as_double());
     return fail(std::string("abs of a ") + v.type_name());
   }
@@ -587,8 +602,13 @@ inline result<Value> apply_filter(std::string_view name, const Value& v0, std::s
     for (const Value& x0 : xs) {
       const Value x = attr && attr->is_string() ? lookup_attr(x0, attr->as_string()) : x0;
       if (!(x.is_number() || x.is_bool()) || !(total.is_number() || total.is_bool())) return fail("sum of non-numbers");
-      total = (x.is_float() || total.is_float()) ? Value::floating(total.as_double() + x.as_double())
-                                                 : Value::integer(total.as_int() + x.as_int());
+      if (x.is_float() || total.is_float()) {
+        total = Value::floating(total.as_double() + x.as_double());
+        continue;
+      }
+      auto r = integer::add(total.as_int(), x.as_int());
+      if (!r) return r.error();
+      total = Value::integer(*r);
     }
     return total;
   }

@@ -9,6 +9,8 @@ package dev.edgellm;
 final class CallbackBridge {
   private final TokenCallback callback;
   Throwable error;
+  /** Set by Session.close() from the callback: stop after this piece. */
+  volatile boolean cancelled;
 
   CallbackBridge(TokenCallback callback) {
     this.callback = callback;
@@ -16,9 +18,9 @@ final class CallbackBridge {
 
   /** Returns false to stop generating. */
   boolean onPiece(byte[] utf8, int token) {
-    if (error != null) return false;
+    if (error != null || cancelled) return false;
     try {
-      return callback.onToken(Utf8.decode(utf8), token);
+      return callback.onToken(Utf8.decode(utf8), token) && !cancelled;
     } catch (Throwable t) {
       error = t;
       return false;

@@ -13,7 +13,9 @@ public final class EdgellmException extends RuntimeException {
   /** The C API's {@code edgellm_status} values (other than {@code EDGELLM_OK}). */
   public enum Status {
     OK, INVALID_ARGUMENT, SHAPE_MISMATCH, IO, FORMAT, UNSUPPORTED, OUT_OF_RANGE, CAPACITY,
-    OUT_OF_MEMORY, INTERNAL;
+    OUT_OF_MEMORY, INTERNAL,
+    /** The session is inside another call (Session checks this first: IllegalStateException). */
+    BUSY;
 
     /** The status for a C value; unknown values map to {@link #INTERNAL}. */
     static Status of(int code) {

@@ -8,7 +8,9 @@ package dev.edgellm;
  * <p><b>Threads:</b> a Session is not thread-safe: use it from one thread at a time (several
  * Sessions over one Model may run on different threads at once). The generate() callback runs
  * on the calling thread and must not call this Session's methods (they throw {@link
- * IllegalStateException}); return false from it to stop instead.
+ * IllegalStateException}); return false from it to stop instead. close() is the exception: from
+ * the callback (or another thread) it stops the generation and closes the session when
+ * generate() returns.
  *
  * <p><b>Memory:</b> close() frees the KV cache and scratch at once (try-with-resources). A
  * Session that is never closed is freed by a Cleaner once unreachable, with a warning logged to
@@ -19,7 +21,11 @@ public final class Session implements AutoCloseable {
   private final NativeHandle handle;
   @SuppressWarnings("unused") // keeps a draft model reachable as long as the session
   private final Model draft;
+  // generate() in progress, its callback bridge, and a close() deferred until it returns;
+  // changed under `this` so that a close() cannot slip between generate()'s end and its check.
   private volatile boolean generating;
+  private CallbackBridge running;
+  private boolean closeAfterGenerate;
 
   Session(long h, Model draft) {
     this.handle = new NativeHandle(this, "Session", h, Native::sessionFree);
@@ -75,13 +81,26 @@ public final class Session implements AutoCloseable {
     CallbackBridge bridge = callback != null ? new CallbackBridge(callback) : null;
     double[] stats = new double[6];
     long h = acquire();
-    generating = true;
+    synchronized (this) {
+      if (generating) { // another thread got in between acquire()'s check and here
+        release();
+        throw new IllegalStateException("Session is busy in generate() on another thread");
+      }
+      generating = true;
+      running = bridge;
+    }
     try {
       Native.generate(h, prompt, ids, o.maxNewTokens, o.stopBytes(), o.ignoreEos, o.addSpecial,
           o.parseSpecial, bridge, stats);
     } finally {
-      generating = false;
+      boolean close;
+      synchronized (this) {
+        generating = false;
+        running = null;
+        close = closeAfterGenerate;
+      }
       release();
+      if (close) handle.close(); // deferred from the callback (or another thread)
     }
     if (bridge != null && bridge.error != null) rethrow(bridge.error);
     return new GenerationStats(stats);
@@ -161,12 +180,19 @@ public final class Session implements AutoCloseable {
     }
   }
 
-  /** Frees the session now (idempotent). Not allowed from this session's generate() callback. */
+  /**
+   * Frees the session now (idempotent). From this session's generate() callback, or from another
+   * thread while generate() runs, it stops the generation (after the current piece, as returning
+   * false does) and frees the session when generate() returns.
+   */
   @Override
   public void close() {
-    if (generating) {
-      throw new IllegalStateException(
-          "Session is busy in generate(): return false from the callback, then close it");
+    synchronized (this) {
+      if (generating) {
+        closeAfterGenerate = true;
+        if (running != null) running.cancelled = true;
+        return;
+      }
     }
     handle.close();
   }

@@ -35,7 +35,11 @@ public final class SessionOptions {
     return new SessionOptions(v, contextSize, maxBatch, sampling, draft, promptLookup, draftTokens);
   }
 
-  /** Tokens the session holds; 0 is the model's default. */
+  /**
+   * Tokens the session holds; 0 is the model's default. Above the model's {@link
+   * Model#maxContext()} (max_position_embeddings) newSession() throws EdgellmException
+   * (INVALID_ARGUMENT).
+   */
   public SessionOptions withContextSize(int v) {
     if (v < 0) throw new IllegalArgumentException("context size must be >= 0, got " + v);
     return new SessionOptions(kvType, v, maxBatch, sampling, draft, promptLookup, draftTokens);

@@ -147,12 +147,47 @@ public final class ApiTest {
         }));
         check(t instanceof IllegalStateException && t.getMessage().contains("busy"),
             "reset() inside the callback throws IllegalStateException: " + t);
-        t = thrown(() -> s.generate("And God said", eight, (piece, token) -> {
-          s.close();
-          return true;
-        }));
-        check(t instanceof IllegalStateException && !s.isClosed(),
-            "close() inside the callback throws and leaves the session open: " + t);
+        for (String call : new String[] {"generate", "setSampling", "savePromptCache",
+            "loadPromptCache", "position"}) {
+          t = thrown(() -> s.generate("And God said", eight, (piece, token) -> {
+            switch (call) {
+              case "generate": s.generate("In the beginning", eight, null); break;
+              case "setSampling": s.setSampling(Sampling.defaults().withSeed(3)); break;
+              case "savePromptCache": s.savePromptCache("/nonexistent/edgellm-java.cache"); break;
+              case "loadPromptCache": s.loadPromptCache("/nonexistent/edgellm-java.cache"); break;
+              default: s.position(); break;
+            }
+            return true;
+          }));
+          check(t instanceof IllegalStateException && t.getMessage().contains("busy"),
+              call + "() inside the callback throws IllegalStateException: " + t);
+        }
+        s.reset();
+        check(generate(s, "And God said", eight).tokens.equals(a.tokens),
+            "the session is unchanged by the refused calls from its callback");
+        check(EdgellmException.Status.values()[10] == EdgellmException.Status.BUSY,
+            "EDGELLM_ERR_BUSY (10) is Status.BUSY");
+
+        // close() inside the callback stops the generation and frees the session when
+        // generate() returns (the native free would otherwise pull the session from under it).
+        try (Session doomed = model.newSession(greedy())) {
+          final int[] pieces = {0};
+          final boolean[] openInCallback = {false};
+          GenerationStats closed = doomed.generate("And God said", eight, (piece, token) -> {
+            ++pieces[0];
+            doomed.close();
+            openInCallback[0] = !doomed.isClosed();
+            return true;
+          });
+          check(pieces[0] == 1 && closed.stopReason() == StopReason.CALLBACK,
+              "close() in the callback stops after that piece (" + pieces[0] + ", "
+                  + closed.stopReason() + ")");
+          check(openInCallback[0] && doomed.isClosed(),
+              "the session closes when generate() returns, not in the callback");
+          t = thrown(doomed::position);
+          check(t instanceof IllegalStateException && "Session is closed".equals(t.getMessage()),
+              "use after the deferred close: " + t);
+        }
 
         // A long generation: -Xcheck:jni reports local references that pile up per token.
         s.reset();
@@ -196,6 +231,14 @@ public final class ApiTest {
         check(t instanceof EdgellmException && t.getMessage().contains("no-such-cache"),
             "a missing prompt cache names the file: " + t);
       }
+
+      // A context beyond the model's positions is refused.
+      Throwable tooLong = thrown(() -> model.newSession(greedy().withContextSize(100000)));
+      check(tooLong instanceof EdgellmException
+              && ((EdgellmException) tooLong).status() == EdgellmException.Status.INVALID_ARGUMENT
+              && tooLong.getMessage().contains("context_size: 100000")
+              && tooLong.getMessage().contains("max_position_embeddings " + model.maxContext()),
+          "contextSize 100000 is refused naming max_position_embeddings: " + tooLong);
 
       // Use after close, idempotent close.
       Session closed = model.newSession(greedy());
