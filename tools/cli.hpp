@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -84,34 +85,55 @@ inline std::string version_text(std::string_view prog) {
   return s;
 }
 
-/// Largest prompt -f/--file reads (a file or stdin): far above any context, below a mistake
-/// such as a checkpoint's path.
-inline constexpr std::size_t kMaxPromptFileBytes = std::size_t{64} << 20;
-
-/// The text of -f/--file `path`: the file through io::read_text_file (a regular file, at most
-/// kMaxPromptFileBytes), or stdin when `path` is "-". Errors name the flag and the file.
-inline result<std::string> read_prompt_file(const std::string& path) {
-  constexpr std::string_view where = "--file";
-  if (path != "-") {
-    return io::read_text_file(path, kMaxPromptFileBytes);  // its errors name the file
+/// The text of the file `path` named by command-line flag `flag`, at most `max_bytes`: a regular
+/// file through io::read_text_file; stdin when `path` is "-"; a FIFO or pipe (`-f <(cmd)`) read
+/// as a stream to its end, as stdin is. Devices and directories are refused, as every library
+/// reader refuses them. Errors name the flag and the file.
+inline result<std::string> read_text_argument(const std::string& path, std::string_view flag,
+                                              std::size_t max_bytes) {
+  const bool is_stdin = path == "-";
+  struct stat st {};
+  if (!is_stdin && (::stat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode))) {
+    return io::read_text_file(path, max_bytes);  // its errors name the file
+  }
+  const std::string name = is_stdin ? "'-' (stdin)" : "'" + path + "'";
+  std::FILE* f = is_stdin ? stdin : std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return make_error(errc::io_error, flag,
+                      name + ": cannot open for reading: " + std::strerror(errno));
   }
   std::string out;
   char buf[1 << 16];
+  bool too_big = false;
   for (;;) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, stdin);
-    if (out.size() + n > kMaxPromptFileBytes) {
-      return make_error(errc::io_error, where,
-                        "'-' (stdin): more than the " + std::to_string(kMaxPromptFileBytes) +
-                            "-byte limit of a prompt");
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    if (out.size() + n > max_bytes) {
+      too_big = true;
+      break;
     }
     out.append(buf, n);
     if (n < sizeof buf) break;
   }
-  if (std::ferror(stdin) != 0) {
-    return make_error(errc::io_error, where, std::string("'-' (stdin): read failed: ") +
-                                                 std::strerror(errno));
+  const int err = errno;
+  const bool failed = !too_big && std::ferror(f) != 0;
+  if (!is_stdin) std::fclose(f);
+  if (too_big) {
+    return make_error(errc::io_error, flag,
+                      name + ": more than the " + std::to_string(max_bytes) + "-byte limit");
+  }
+  if (failed) {
+    return make_error(errc::io_error, flag, name + ": read failed: " + std::strerror(err));
   }
   return out;
+}
+
+/// Largest prompt -f/--file reads (a file, a pipe or stdin): far above any context, below a
+/// mistake such as a checkpoint's path.
+inline constexpr std::size_t kMaxPromptFileBytes = std::size_t{64} << 20;
+
+/// The text of -f/--file `path` (read_text_argument, at most kMaxPromptFileBytes).
+inline result<std::string> read_prompt_file(const std::string& path) {
+  return read_text_argument(path, "--file", kMaxPromptFileBytes);
 }
 
 /// "" when `threads` is a usable --threads value, else why not (a usage error, exit 2): 0, or
@@ -155,6 +177,17 @@ inline int print_version(const char* prog) {
   return finish_stdout(prog, 0);
 }
 
+/// "" when a context of `positions` fits the model's max_position_embeddings `max_position` (0:
+/// unknown), or when `force` (--force-context) allows it; else the usage error (exit 2), naming
+/// `flag` and `what` (the flag's value as the user gave it: "4096", "a prompt of 3000 ids").
+inline std::string check_context(std::string_view flag, std::string_view what,
+                                 std::size_t positions, std::size_t max_position, bool force) {
+  if (force || max_position == 0 || positions <= max_position) return {};
+  return std::string(flag) + ": " + std::string(what) +
+         " is above the model's max_position_embeddings " + std::to_string(max_position) +
+         " (positions it was not trained for; --force-context runs it anyway)";
+}
+
 /// Prints "PROG: MSG" and the pointer to --help on stderr; returns kUsageExit.
 inline int usage_error(const char* prog, std::string_view msg) {
   std::fprintf(stderr, "%s: %.*s\n(--help for usage)\n", prog, static_cast<int>(msg.size()),
@@ -163,12 +196,17 @@ inline int usage_error(const char* prog, std::string_view msg) {
 }
 
 /// Draws the progress of a long step (model::LoadOptions::progress) on stderr: on a terminal one
-/// bar with percent and ETA redrawn in place, otherwise one line per 10 % (0 % to 100 %: at most
-/// 11 lines a stage), nothing when `quiet`. Call finish() before printing anything else.
+/// bar with percent and ETA redrawn in place, otherwise one line per 10 % (at most 11 lines a
+/// stage), nothing when `quiet`. A stage shows up only once it has run for `delay` (a step that
+/// takes a fraction of a second is not worth a bar); one that finishes sooner prints nothing.
+/// Call finish() before printing anything else.
 class ProgressBar {
  public:
-  explicit ProgressBar(bool quiet, bool terminal = ::isatty(STDERR_FILENO) == 1)
-      : quiet_(quiet), terminal_(terminal) {}
+  static constexpr std::chrono::milliseconds kDefaultDelay{1000};
+
+  explicit ProgressBar(bool quiet, bool terminal = ::isatty(STDERR_FILENO) == 1,
+                       std::chrono::milliseconds delay = kDefaultDelay)
+      : quiet_(quiet), terminal_(terminal), delay_(delay) {}
 
   void operator()(std::string_view stage, std::uint64_t done, std::uint64_t total) {
     if (quiet_) return;
@@ -179,8 +217,17 @@ class ProgressBar {
       start_ = now;
       last_decile_ = -1;
       complete_ = false;
+      shown_ = false;
     }
-    if (complete_) return;  // 100 % was drawn: a repeated last call draws nothing
+    if (complete_) return;  // 100 % was drawn (or skipped): a repeated last call draws nothing
+    if (!shown_) {
+      if (done >= total) {  // finished before `delay`: not worth a line
+        complete_ = true;
+        return;
+      }
+      if (now - start_ < delay_) return;
+      shown_ = true;
+    }
     const double frac = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
     const int pct = static_cast<int>(frac * 100.0);
     const double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -221,7 +268,8 @@ class ProgressBar {
   }
 
  private:
-  bool quiet_, terminal_, open_ = false, complete_ = false;
+  bool quiet_, terminal_, open_ = false, complete_ = false, shown_ = false;
+  std::chrono::milliseconds delay_;
   std::string stage_;
   std::chrono::steady_clock::time_point start_{}, drawn_{};
   int last_decile_ = -1;

@@ -9,6 +9,7 @@
 #include "edgellm/model/chat_template.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/split.hpp"
+#include "edgellm/detail/unicode.hpp"
 #include "edgellm/model/generation_config.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -27,12 +29,14 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 namespace {
@@ -64,7 +68,8 @@ model:
                          them at every start (`auto`: DIR/edgellm-packed-q4.bin); written on
                          the first run, rebuilt when the checkpoint or options change; an
                          existing FILE of another model (or not a packed cache) is left alone
-  --force                with --packed-cache FILE: replace whatever file is there
+  --force                with --packed-cache FILE: replace a regular file there that is not a
+                         packed cache of this checkpoint (never a device, FIFO or directory)
   --lm-head F            f16 (the stored tensor as is), int8 or int4: the lm_head quantised
                          at load (default int8: half the bytes per token of f16; falls back to
                          f16 when no group size divides hidden_size); as_stored and q4 are
@@ -80,7 +85,9 @@ model:
   --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use
                          (by default an error: the config may not be this checkpoint's)
   --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
-                         system prompt is prefilled once), and save this prompt's state to it
+                         system prompt is prefilled once), and save this prompt's state to it;
+                         a prompt cache of another model or context is rebuilt (a warning), a
+                         FILE that is not a prompt cache is refused before the load
 
 prompt:
   -p, --prompt TEXT      the prompt (default: "And God said")
@@ -93,13 +100,19 @@ prompt:
                          each turn and only what the KV cache does not hold yet is prefilled
                          (the stats line says how many prompt tokens were cached). Empty lines
                          are skipped; `/reset` forgets the conversation (the --system message
-                         stays); `/exit` or end of input (Ctrl-D) ends it
+                         stays); `/exit` or end of input (Ctrl-D) ends it. Ctrl-C stops an
+                         answer (what was said stays in the conversation) and returns to the
+                         prompt; Ctrl-C at the prompt ends the chat (exit 0). When the context
+                         fills, the oldest turns are dropped (the --system message stays), with
+                         a note on stderr, and the chat goes on. A line that is not UTF-8 is
+                         reported and skipped
   --system TEXT          system message for --chat
 
 generation (the sampling defaults below give way to the checkpoint's generation_config.json
 where it sets temperature, top_k, top_p, min_p, repetition_penalty or do_sample false = greedy;
 a flag wins over both; what was applied is printed on stderr):
-  -n, --max-tokens N     most tokens to generate (default 128; must be > 0)
+  -n, --max-tokens N     most tokens to generate (default 128; -1 = until the end of the text
+                         or a full context; otherwise > 0)
   --greedy               always the most probable token (same as --temperature 0)
   --temp, --temperature T
                          sampling temperature (default 0.8; 0 = greedy)
@@ -108,7 +121,8 @@ a flag wins over both; what was applied is printed on stderr):
   --min-p P              drop tokens less probable than P x the most probable (default 0 = off)
   --repeat-penalty R     divide (or multiply, if negative) the logits of recent tokens (default 1)
   --repeat-last-n N      how many recent tokens the penalty looks at (default 64; 0 = all)
-  -s, --seed S           random seed (default 0): the same seed gives the same text
+  -s, --seed S           random seed (default 0): the same seed gives the same text; -1 = a
+                         random seed, printed on stderr ("seed: N") unless --quiet
   --stop STRING          stop before this text (repeatable); the model's eos ids always stop
   --ignore-eos           do not stop at the model's eos ids
 
@@ -123,14 +137,17 @@ speculative decoding:
 
 output:
   --print-ids            print the generated token ids as a JSON list instead of text
+  --no-display-prompt    do not echo the prompt to stdout before the generated text
   --quiet                only the text (and errors, warnings) on stderr: no loading progress,
                          no load, defaults or statistics lines. The progress is a bar with an
                          ETA when stderr is a terminal, else one line per 10 %
   -h, --help             this text
   --version              version, git commit, build flags and the int4 microkernel used here
 
-Exit status: 0 on success, 1 on a runtime error (bad model, prompt, lost output: stdout closed
-or full), 2 on bad arguments (including --threads or --context out of range).
+Exit status: 0 on success (a cache that could not be saved is a warning on stderr, shown even
+with --quiet), 1 on a runtime error (bad model, prompt, lost output: stdout closed or full), 2 on
+bad arguments (including --threads or --context out of range). The arguments, the prompt and
+generation_config.json are checked before the weights are loaded.
 )";
 
 // 2 threads (on a uniform machine, unchanged), or the performance cores of a big.LITTLE CPU:
@@ -140,14 +157,21 @@ std::size_t default_threads() {
   return topology.heterogeneous() ? topology.performance.size() : 2;
 }
 
+// -n -1: no budget of tokens; generation ends at the end of the text or a full context.
+constexpr std::size_t kNoTokenLimit = static_cast<std::size_t>(-1);
+
 struct Args {
   std::string model, prompt = "And God said", system, prompt_file;
   std::vector<std::int32_t> prompt_ids;
+  std::vector<std::int32_t> prompt_tokens;  ///< the prompt's ids, checked before the load
   bool have_prompt_ids = false, chat = false, fp32_reference = false, print_ids = false;
   bool ignore_eos = false, pin = false, force = false, force_context = false;
   bool allow_extra_tensors = false, quiet = false;
+  bool display_prompt = true;  // --no-display-prompt: false
+  bool random_seed = false;    // -s -1: main() draws one and prints it
   model::LmHeadFormat lm_head = model::LmHeadFormat::int8;
   bool lm_head_given = false;  // an explicit --lm-head fails rather than falling back
+  // max_tokens: kNoTokenLimit for -n -1 (until the end of the text or a full context)
   std::size_t threads = default_threads(), context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
   tools::BackendKind backend = tools::BackendKind::cpu;
@@ -208,6 +232,8 @@ int parse_args(int argc, char** argv, Args& a) {
       a.prompt_file = v;
     } else if (arg == "--model") {
       if (!need("DIR")) return usage_error("--model: missing DIR");
+      // An empty DIR (`-m "$UNSET"`) must not quietly become the bundled model.
+      if (v.empty()) return usage_error("--model: empty DIR (leave out -m for the bundled model)");
       a.model = v;
     } else if (arg == "--prompt") {
       if (!need("TEXT")) return usage_error("--prompt: missing TEXT");
@@ -234,6 +260,8 @@ int parse_args(int argc, char** argv, Args& a) {
       a.fp32_reference = true;
     } else if (arg == "--print-ids") {
       a.print_ids = true;
+    } else if (arg == "--no-display-prompt") {
+      a.display_prompt = false;
     } else if (arg == "--ignore-eos") {
       a.ignore_eos = true;
     } else if (arg == "--greedy") {
@@ -257,9 +285,14 @@ int parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--context") {
       rc = num(a.context, "N", 1, 1 << 24);
     } else if (arg == "--max-tokens") {
-      rc = num(a.max_tokens, "N", 0, 1e9);
-      if (rc == 0 && a.max_tokens == 0)
-        return usage_error(std::string(arg) + ": 0 tokens to generate (must be > 0)");
+      if (i + 1 < argc && std::string_view(argv[i + 1]) == "-1") {  // llama.cpp's "no limit"
+        a.max_tokens = kNoTokenLimit;
+        ++i;
+      } else {
+        rc = num(a.max_tokens, "N", 0, 1e9);
+        if (rc == 0 && a.max_tokens == 0)
+          return usage_error(std::string(arg) + ": 0 tokens to generate (must be > 0, or -1)");
+      }
     } else if (arg == "--temperature") {
       rc = num(a.sampling.temperature, "T", 0, 1e6);
     } else if (arg == "--top-k") {
@@ -273,7 +306,12 @@ int parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--repeat-last-n") {
       rc = num(a.sampling.penalty_last_n, "N", 0, 1e9);
     } else if (arg == "--seed") {
-      rc = num(a.sampling.seed, "S", 0, 1.8446744073709552e19);
+      a.random_seed = i + 1 < argc && std::string_view(argv[i + 1]) == "-1";
+      if (a.random_seed) {
+        ++i;
+      } else {
+        rc = num(a.sampling.seed, "S", 0, 1.8446744073709552e19);
+      }
     } else if (arg == "--stop") {
       if (!need("STRING") || v.empty()) return usage_error("--stop: missing a non-empty STRING");
       a.stops.emplace_back(v);
@@ -316,6 +354,16 @@ int parse_args(int argc, char** argv, Args& a) {
     a.given.emplace_back(arg);
   }
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
+  // Each source of the prompt excludes the others: none is quietly ignored.
+  if (a.was_given("--prompt") && (a.have_prompt_ids || !a.prompt_file.empty() || a.chat)) {
+    return usage_error(std::string("--prompt and ") +
+                       (a.have_prompt_ids ? "--prompt-ids"
+                        : a.chat          ? "--chat (its messages come from stdin)"
+                                          : "--file") +
+                       " both give the prompt: choose one");
+  }
+  if (a.was_given("--system") && !a.chat)
+    return usage_error("--system: only with --chat/-i (a plain prompt has no system message)");
   if (!a.prompt_file.empty() && (a.chat || a.have_prompt_ids))
     return usage_error("--file gives the prompt: not with --chat or --prompt-ids");
   if (a.chat && !a.prompt_cache.empty()) return usage_error("--prompt-cache is not supported with --chat");
@@ -397,6 +445,66 @@ std::string default_model_dir(const char* argv0) {
   return rel;  // does not exist: the loader names it in its error
 }
 
+// What the command line and the prompt can get wrong, checked before the weights are read (a 7B
+// load takes a minute): --context against config.json, the prompt encoded by the tokenizer alone
+// (milliseconds) and its length against the context, --prompt-ids against vocab_size, --system,
+// the --prompt-cache path. Fills a.prompt_tokens (not in chat mode). Returns 0 to go on, else
+// the exit status (the message printed).
+int check_before_load(Args& a) {
+  const auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "edgellm-generate: %s\n", msg.c_str());
+    return 1;
+  };
+  std::error_code ec;
+  if (!fs::is_directory(a.model, ec)) return 0;  // Engine::load says so
+  auto cfg = model::load_model_config(a.model);
+  if (!cfg) return fail(cfg.error().message);
+  if (const std::string why =
+          tools::check_context("--context", std::to_string(a.context), a.context,
+                               cfg->max_position_embeddings, a.force_context);
+      !why.empty()) {
+    return usage_error(why);
+  }
+  if (!a.prompt_cache.empty()) {
+    if (auto st = decode::check_prompt_cache_path(a.prompt_cache); !st)
+      return fail("--prompt-cache: " + st.error().message);
+  }
+  auto tokenizer = model::Tokenizer::load(a.model);
+  if (!tokenizer) return fail(tokenizer.error().message);
+  if (a.chat) {
+    auto ids = tokenizer->encode(a.system);
+    if (!ids) return fail("--system: " + ids.error().message);
+    return 0;
+  }
+  const std::string_view flag = a.have_prompt_ids        ? "--prompt-ids"
+                                : a.prompt_file.empty() ? "--prompt"
+                                                         : "--file";
+  if (a.have_prompt_ids) {
+    for (std::size_t i = 0; i < a.prompt_ids.size(); ++i) {
+      const std::int32_t id = a.prompt_ids[i];
+      if (id < 0 || static_cast<std::size_t>(id) >= cfg->vocab_size) {
+        return fail(fmt::format("--prompt-ids: id {} (item {}) is out of range: the model's "
+                                "vocab_size is {}",
+                                id, i + 1, cfg->vocab_size));
+      }
+    }
+    a.prompt_tokens = a.prompt_ids;
+  } else {
+    if (a.prompt.empty())
+      return fail(fmt::format("{}: empty (give some text or --prompt-ids)", flag));
+    auto ids = tokenizer->encode(a.prompt, {.add_special = true, .parse_special = false});
+    if (!ids) return fail(fmt::format("{}: {}", flag, ids.error().message));
+    if (ids->empty()) return fail(fmt::format("{}: encodes to no tokens", flag));
+    a.prompt_tokens = std::move(*ids);
+  }
+  const std::size_t context = Session::context_size_for(*cfg, a.context);
+  if (a.prompt_tokens.size() > context) {
+    return fail(fmt::format("{}: {} tokens do not fit the context of {} (raise --context)", flag,
+                            a.prompt_tokens.size(), context));
+  }
+  return 0;
+}
+
 std::size_t peak_rss_bytes() {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -417,6 +525,44 @@ void print_stats(const decode::GenerateStats& s) {
                static_cast<double>(peak_rss_bytes()) / 1e6);
 }
 
+// Sums `s` into `total` (an answer made of several calls, a whole chat); the time to first
+// token and the stop reason are the first call's and the last call's.
+void add_stats(decode::GenerateStats& total, const decode::GenerateStats& s, bool first) {
+  if (first) total.time_to_first_token_s = s.time_to_first_token_s;
+  total.prompt_tokens += s.prompt_tokens;
+  total.cached_tokens += s.cached_tokens;
+  total.new_tokens += s.new_tokens;
+  total.prefill_s += s.prefill_s;
+  total.decode_s += s.decode_s;
+  total.stop = s.stop;
+}
+
+// The end of a chat: its answers and the tokens of all of them.
+void print_chat_totals(std::size_t answers, const decode::GenerateStats& t) {
+  std::fprintf(stderr,
+               "[chat ended: %zu answer%s; %zu prompt tokens (%zu cached, %zu prefilled), %zu new "
+               "tokens]\nprefill %.1f tok/s | decode %.1f tok/s | peak memory %.1f MB\n",
+               answers, answers == 1 ? "" : "s", t.prompt_tokens, t.cached_tokens,
+               t.prefilled_tokens(), t.new_tokens, t.prefill_tok_s(), t.decode_tok_s(),
+               static_cast<double>(peak_rss_bytes()) / 1e6);
+}
+
+// Set by SIGINT during --chat, and nothing else is done in the handler: the token callback
+// stops the answer; at the prompt the read fails with EINTR and the chat ends.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void on_sigint(int) { g_interrupted = 1; }
+
+// --chat's Ctrl-C. At the prompt (`at_prompt`) without SA_RESTART, so that the blocking read of
+// stdin returns EINTR; while answering with it, so that a write to stdout is not cut short.
+void catch_sigint(bool at_prompt) {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = at_prompt ? 0 : SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+}
+
 // Runs the prompt (or the chat on stdin) in `session`; returns the exit status.
 int run(const Args& a, Session& session) {
   const auto fail = [](const std::string& msg) {
@@ -429,12 +575,20 @@ int run(const Args& a, Session& session) {
   if (!a.prompt_cache.empty() && fs::exists(a.prompt_cache)) {
     const auto t0 = std::chrono::steady_clock::now();
     auto held = session.load_prompt_cache(a.prompt_cache);
-    if (!held) return fail("--prompt-cache: " + held.error().message);
-    cached = std::move(*held);
-    if (!a.quiet)
-      std::fprintf(stderr, "prompt cache: %zu tokens from %s in %.1f ms\n", cached.size(),
-                 a.prompt_cache.c_str(),
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    // A prompt cache of ours that does not fit (another model, KV type or context; damaged) is
+    // rebuilt with a warning, as the packed cache is; a file that is not ours stays fatal.
+    if (!held) {
+      if (auto ours = decode::check_prompt_cache_path(a.prompt_cache); !ours)
+        return fail("--prompt-cache: " + held.error().message);
+      std::fprintf(stderr, "edgellm-generate: warning: --prompt-cache: %s; rebuilding it\n",
+                   held.error().message.c_str());
+    } else {
+      cached = std::move(*held);
+      const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - t0;
+      if (!a.quiet)
+        std::fprintf(stderr, "prompt cache: %zu tokens from %s in %.1f ms\n", cached.size(),
+                     a.prompt_cache.c_str(), took.count());
+    }
   }
 
   GenerateOptions go;
@@ -457,31 +611,29 @@ int run(const Args& a, Session& session) {
   };
 
   if (!a.chat) {
-    std::vector<std::int32_t> prompt = a.prompt_ids;
-    if (!a.have_prompt_ids) {
-      if (a.prompt.empty()) return fail("--prompt: empty (give some text or --prompt-ids)");
-      auto ids = tokenizer.encode(a.prompt, {.add_special = true, .parse_special = false});
-      if (!ids) return fail("--prompt: " + ids.error().message);
-      prompt = std::move(*ids);
-      if (prompt.empty()) return fail("--prompt: encodes to no tokens");
-    }
-    // Refused before anything reaches stdout (the prompt is echoed first).
+    const std::vector<std::int32_t>& prompt = a.prompt_tokens;  // check_before_load's
+    // Refused before anything reaches stdout (the prompt is echoed first); check_before_load
+    // did so already for the context the session was asked for.
     if (prompt.size() > session.context_size()) {
       return fail(fmt::format("--prompt: {} tokens do not fit the context of {} (raise --context)",
                               prompt.size(), session.context_size()));
     }
-    if (!a.print_ids && !a.have_prompt_ids) stream(a.prompt, -1);
+    if (!a.print_ids && !a.have_prompt_ids && a.display_prompt) stream(a.prompt, -1);
     if (lost_output) return output_lost(), 1;
     auto out = session.generate(std::span<const std::int32_t>(prompt), go,
                                 a.print_ids ? TokenCallback() : TokenCallback(stream));
     if (lost_output) return output_lost(), 1;
     if (!out) return fail(out.error().message);
     if (!a.prompt_cache.empty() && cached != prompt) {
-      if (auto st = session.save_prompt_cache(a.prompt_cache); !st)
-        return fail("--prompt-cache: " + st.error().message);
-      if (!a.quiet)
+      // The answer was produced: a cache that cannot be saved is a warning (exit 0), as a
+      // packed cache that cannot be written is.
+      if (auto st = session.save_prompt_cache(a.prompt_cache); !st) {
+        std::fprintf(stderr, "edgellm-generate: warning: --prompt-cache: %s; not saved\n",
+                     st.error().message.c_str());
+      } else if (!a.quiet) {
         std::fprintf(stderr, "prompt cache: saved %zu tokens to %s\n", prompt.size(),
                      a.prompt_cache.c_str());
+      }
     }
     if (a.print_ids) {
       std::string json = "[";
@@ -520,11 +672,35 @@ int run(const Args& a, Session& session) {
   go.parse_special = true;
   const std::size_t kept = messages.size();  // the system message, which /reset keeps
   const bool prompt_user = !a.quiet && ::isatty(STDIN_FILENO) == 1;  // not for piped input
+  // The conversation as token ids, `reply` (an answer so far) after its generation prompt.
+  const auto encode_chat = [&](const std::string& reply) -> result<std::vector<std::int32_t>> {
+    auto text = render(messages);
+    if (!text) return text.error();
+    return tokenizer.encode(*text + reply, {.add_special = go.add_special, .parse_special = true});
+  };
+  const std::size_t context = session.context_size();
+  std::size_t answers = 0, line_no = 0;
+  decode::GenerateStats totals;
   std::string line;
   for (;;) {
+    if (g_interrupted != 0) break;  // Ctrl-C between an answer and the prompt
     if (prompt_user) std::fprintf(stderr, "> ");
-    if (!std::getline(std::cin, line)) break;  // end of input (Ctrl-D)
+    catch_sigint(true);
+    const bool got_line = static_cast<bool>(std::getline(std::cin, line));
+    catch_sigint(false);
+    if (!got_line) {  // end of input (Ctrl-D), or Ctrl-C (EINTR)
+      if (g_interrupted != 0 && prompt_user) std::fputc('\n', stderr);
+      break;
+    }
+    ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (const std::size_t bad = edgellm::detail::unicode::find_invalid_utf8(line);
+        bad != std::string::npos) {
+      std::fprintf(stderr,
+                   "edgellm-generate: input line %zu: not valid UTF-8 (byte %zu); skipped\n",
+                   line_no, bad + 1);
+      continue;
+    }
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     if (line == "/exit") break;
     if (line == "/reset") {
@@ -534,25 +710,74 @@ int run(const Args& a, Session& session) {
       continue;
     }
     messages.push_back({"user", line});
+    // One answer: generated in one call, or, when the context fills, continued after the oldest
+    // turns are dropped (each time the whole conversation is re-rendered; the session keeps
+    // the common prefix, at least the system message).
     std::string reply;
-    auto prompt = render(messages);
-    if (!prompt) return fail(prompt.error().message);
-    auto out = session.generate(*prompt, go,
-                                [&](std::string_view piece, std::int32_t token) {
-                                  reply += piece;
-                                  return stream(piece, token);
-                                });
-    if (lost_output) return output_lost(), 1;
-    if (!out) return fail(out.error().message);
+    decode::GenerateStats answer;
+    bool started = false, done = false, skipped = false;
+    while (!done) {
+      const std::size_t budget =
+          a.max_tokens == kNoTokenLimit ? kNoTokenLimit : a.max_tokens - answer.new_tokens;
+      if (budget == 0) break;
+      // Room for the answer: its budget, at most a quarter of the context.
+      const std::size_t room = std::min(budget, std::max<std::size_t>(context / 4, 1));
+      auto ids = encode_chat(reply);
+      if (!ids) return fail(ids.error().message);
+      std::size_t dropped = 0;
+      // The oldest turn: its user message and the answer after it (never the current message).
+      while ((started && dropped == 0) || ids->size() + room > context) {
+        if (messages.size() <= kept + 1) break;
+        auto first = messages.begin() + static_cast<std::ptrdiff_t>(kept);
+        const bool with_answer = messages.size() > kept + 2 && first[1].role == "assistant";
+        messages.erase(first, first + (with_answer ? 2 : 1));
+        ++dropped;
+        ids = encode_chat(reply);
+        if (!ids) return fail(ids.error().message);
+      }
+      if (dropped > 0 && !a.quiet) {
+        std::fprintf(stderr, "%scontext full: dropped the oldest %zu turn%s\n",
+                     started ? "\n" : "", dropped, dropped == 1 ? "" : "s");
+      }
+      if (ids->size() >= context) {  // nothing left to drop
+        if (started) break;          // the answer ends here, the next turn drops it
+        std::fprintf(stderr,
+                     "edgellm-generate: input line %zu: %zu tokens (in the chat template, with "
+                     "any --system message) do not fit the context of %zu (raise --context); "
+                     "skipped\n",
+                     line_no, ids->size(), context);
+        messages.pop_back();
+        skipped = true;
+        break;
+      }
+      GenerateOptions turn = go;
+      turn.max_new_tokens = budget;
+      auto out = session.generate(std::span<const std::int32_t>(*ids), turn,
+                                  [&](std::string_view piece, std::int32_t token) {
+                                    if (g_interrupted != 0) return false;  // Ctrl-C: stop here
+                                    reply += piece;
+                                    return stream(piece, token);
+                                  });
+      if (lost_output) return output_lost(), 1;
+      if (!out) return fail(out.error().message);
+      add_stats(answer, out->stats, !started);
+      started = true;
+      // A full context goes on after dropping turns, while there are any to drop.
+      done = out->stats.stop != decode::StopReason::context_full || messages.size() <= kept + 1;
+    }
+    if (skipped) continue;
     std::printf("\n");
     if (output_lost()) return 1;
-    if (!a.quiet) print_stats(out->stats);
-    messages.push_back({"assistant", reply});
-    if (out->stats.stop == decode::StopReason::context_full) {
-      std::fprintf(stderr, "the context is full; ending the chat\n");
-      break;
+    ++answers;
+    add_stats(totals, answer, answers == 1);
+    if (!a.quiet) print_stats(answer);
+    messages.push_back({"assistant", reply});  // an answer stopped by Ctrl-C too
+    if (g_interrupted != 0) {  // stopped this answer: the next Ctrl-C ends the chat
+      g_interrupted = 0;
+      if (!a.quiet) std::fprintf(stderr, "(stopped; Ctrl-C at the prompt ends the chat)\n");
     }
   }
+  if (!a.quiet) print_chat_totals(answers, totals);
   return 0;
 }
 
@@ -583,6 +808,14 @@ int main(int argc, char** argv) {
   if (!generation) return fail(generation.error().message);
   if (const std::string line = apply_generation_config(*generation, a); !line.empty() && !a.quiet)
     std::fprintf(stderr, "%s\n", line.c_str());
+  if (a.random_seed) {  // -s -1: printed, so that the text can be had again with -s N
+    std::random_device rd;
+    a.sampling.seed = (static_cast<std::uint64_t>(rd()) << 32) | rd();
+    if (!a.quiet)
+      std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(a.sampling.seed));
+  }
+
+  if (const int rc = check_before_load(a); rc != 0) return rc;
 
   EngineOptions eo;
   eo.load.fp32_reference = a.fp32_reference;
@@ -603,15 +836,13 @@ int main(int argc, char** argv) {
   progress.finish();
   if (!engine) return fail(engine.error().message);
   const Engine& e = **engine;
-  const std::size_t max_position = e.weights()->config.max_position_embeddings;
-  if (a.context > max_position && max_position > 0 && !a.force_context) {
-    return usage_error(fmt::format(
-        "--context: {} is above the model's max_position_embeddings {} (positions it was not "
-        "trained for; --force-context runs it anyway)",
-        a.context, max_position));
-  }
-  if (!e.packed_cache_note().empty() && !a.quiet)
+  // A cache neither used nor written is a warning, which --quiet does not hide.
+  if (e.packed_cache_failed()) {
+    std::fprintf(stderr, "edgellm-generate: warning: packed cache: %s\n",
+                 e.packed_cache_note().c_str());
+  } else if (!e.packed_cache_note().empty() && !a.quiet) {
     std::fprintf(stderr, "packed cache: %s\n", e.packed_cache_note().c_str());
+  }
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s in %.2f s (%.1f MB of weights%s)\n", a.model.c_str(),
                e.load_seconds(), static_cast<double>(e.weights()->owned_bytes()) / 1e6,
@@ -643,11 +874,15 @@ int main(int argc, char** argv) {
     so.draft = std::move(*draft);
   }
   so.pool = pool.get();  // null: the Engine's pool
+  std::shared_ptr<void> vulkan_device;  // outlives the session
   result<Session> session = make_error(errc::unsupported, "edgellm-generate", "no backend");
   if (on_vulkan) {
 #if EDGELLM_TOOLS_VULKAN
+    tools::VulkanDeviceNote picked;
     session = tools::make_vulkan_session(*engine, so, a.device,
-                                         a.vk_gemv.value_or(backend::vk::GemvChoice::automatic));
+                                         a.vk_gemv.value_or(backend::vk::GemvChoice::automatic),
+                                         vulkan_device, picked);
+    if (vulkan_device) tools::print_vulkan_device("edgellm-generate", picked, a.quiet);
 #endif
   } else {
     session = Session::create(*engine, so);

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
 // shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
+#include "cleanup.hpp"
 #include "cli.hpp"
 #include "vulkan_model.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/detail/split.hpp"
+#include "edgellm/io/atomic_file.hpp"
+#include "edgellm/model/config_json.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -17,9 +20,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -35,7 +40,9 @@ constexpr const char* kUsage =
     "on the token ids at positions 0.. and writes\n"
     "  {\"ids\": [...], \"vocab_size\": V, \"mode\": \"...\", \"logits\": [[V floats], ...]}\n"
     "(one row: the last position; with --all-positions one row per id), the layout of\n"
-    "tools/reference_forward.py. FILE.json may be '-' for stdout.\n"
+    "tools/reference_forward.py. FILE.json may be '-' for stdout. FILE.json is written under a\n"
+    "temporary name and renamed, so an earlier file is replaced whole or not at all; it may\n"
+    "replace any regular file, never a device, FIFO, directory or the model.\n"
     "\n"
     "options:\n"
     "  -m, --model DIR   the checkpoint directory (required)\n"
@@ -54,18 +61,21 @@ constexpr const char* kUsage =
     "                    where the device accelerates integer dot products and --exact is\n"
     "                    not given, else fp32), fp32, int8 or int8-dot\n"
     "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
+    "  --force-context   allow more ids than the model's max_position_embeddings (RoPE\n"
+    "                    untrained there)\n"
     "  --quiet           no loading progress (a bar on a terminal, else a line per 10 %) and\n"
     "                    no 'wrote' line on stderr; errors and warnings still\n"
     "  -h, --help        this text\n"
     "  --version         version, git commit, build flags and the int4 microkernel used here\n"
     "\n"
-    "Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.\n";
+    "Exit status: 0 on success, 1 on a runtime error (a bad model, an id outside its\n"
+    "vocab_size), 2 on a usage error (including more ids than max_position_embeddings).\n";
 
 struct Args {
   std::string model, out;
   std::vector<std::int32_t> ids;
   bool all_positions = false, fp32_reference = false, exact = false, allow_extra_tensors = false;
-  bool quiet = false;
+  bool quiet = false, force_context = false;
   std::size_t threads = 1;
   edgellm::model::LmHeadFormat lm_head = edgellm::model::LmHeadFormat::int8;
   bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
@@ -128,6 +138,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       a.vk_gemv = g;
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
+    } else if (arg == "--force-context") {
+      a.force_context = true;
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (arg == "--model") {
@@ -205,11 +217,53 @@ std::string to_json(const Args& a, std::size_t vocab, const char* mode,
   return out;
 }
 
+// The ids against config.json, before the weights are read (a 7B load takes a minute): each in
+// [0, vocab_size), and no more of them than max_position_embeddings without --force-context.
+// Returns 0 to go on, else the exit status (the message printed).
+int check_before_load(const Args& a) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(a.model, ec)) return 0;  // the load says so
+  auto cfg = edgellm::model::load_model_config(a.model);
+  if (!cfg) {
+    std::fprintf(stderr, "edgellm-logits: %s\n", cfg.error().message.c_str());
+    return 1;
+  }
+  if (const std::string why = edgellm::tools::check_context(
+          "--ids", "a prompt of " + std::to_string(a.ids.size()) + " ids", a.ids.size(),
+          cfg->max_position_embeddings, a.force_context);
+      !why.empty()) {
+    return edgellm::tools::usage_error("edgellm-logits", why);
+  }
+  for (std::size_t i = 0; i < a.ids.size(); ++i) {
+    if (a.ids[i] < 0 || static_cast<std::size_t>(a.ids[i]) >= cfg->vocab_size) {
+      std::fprintf(stderr,
+                   "edgellm-logits: --ids: id %d (item %zu) is out of range: the model's "
+                   "vocab_size is %zu\n",
+                   a.ids[i], i + 1, cfg->vocab_size);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int run(const Args& a) {
   const auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "edgellm-logits: %s\n", msg.c_str());
     return 1;
   };
+  // --out is a plain output like cc -o: any regular file is replaced (io::OutputRule's default),
+  // never a device, FIFO or directory, nor the model. Checked before the slow load.
+  const std::string inputs[] = {a.model};
+  edgellm::io::OutputRule out_rule;
+  out_rule.inputs = inputs;
+  const auto out_error = [&](const edgellm::error& e) {
+    const bool not_a_file = e.message.find("not a regular file") != std::string::npos;
+    return fail("--out: " + e.message + (not_a_file ? " ('-' writes to stdout)" : ""));
+  };
+  if (a.out != "-") {
+    if (auto st = edgellm::io::check_output_path(a.out, out_rule, "--out"); !st)
+      return out_error(st.error());
+  }
   std::unique_ptr<edgellm::ThreadPool> pool;
   if (a.threads > 1) {
     auto p = edgellm::ThreadPool::create(a.threads);
@@ -236,9 +290,9 @@ int run(const Args& a) {
   to.pool = pool.get();
   to.path = a.exact ? edgellm::kernels::MatmulPath::exact : edgellm::kernels::MatmulPath::fast;
   // Exactly the cache the prompt needs (a default-sized cache could be gigabytes). Prompts
-  // longer than max_position_embeddings run (RoPE is defined there, merely untrained); a Mistral
-  // prompt longer than its sliding window is refused by create().
-  to.context_size = a.ids.empty() ? 1 : a.ids.size();
+  // longer than max_position_embeddings run with --force-context (RoPE is defined there, merely
+  // untrained); a Mistral prompt longer than its sliding window is refused by create().
+  to.context_size = a.ids.size();
   const auto mode =
       a.all_positions ? edgellm::decode::LogitsMode::all : edgellm::decode::LogitsMode::last;
   const std::size_t rows = a.all_positions ? a.ids.size() : 1;
@@ -275,13 +329,19 @@ int run(const Args& a) {
     std::fprintf(stderr, "edgellm-logits: warning: %zu non-finite logits written as null\n",
                  non_finite);
   }
-  std::FILE* f = a.out == "-" ? stdout : std::fopen(a.out.c_str(), "wb");
-  if (f == nullptr) {
-    return fail("--out: cannot open '" + a.out + "' for writing: " + std::strerror(errno));
+  if (a.out == "-") {
+    const bool ok = std::fwrite(text.data(), 1, text.size(), stdout) == text.size();
+    if (!ok || std::fflush(stdout) != 0) return fail("--out: write to '-' failed");
+  } else {
+    auto file = edgellm::io::AtomicFileWriter::create(a.out, "--out", out_rule);
+    if (!file) return out_error(file.error());
+    edgellm::tools::remove_temp_on_signal();
+    edgellm::tools::set_signal_temp(file->temp_path());
+    auto st = file->write(std::as_bytes(std::span(text)));
+    if (st) st = file->commit();
+    edgellm::tools::set_signal_temp("");
+    if (!st) return fail(st.error().message);
   }
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool closed = f == stdout ? std::fflush(f) == 0 : std::fclose(f) == 0;
-  if (!ok || !closed) return fail("--out: write to '" + a.out + "' failed");
   if (a.out != "-" && !a.quiet) {
     std::fprintf(stderr, "wrote %s (%zu row(s) of %zu logits, %s)\n", a.out.c_str(), rows, vocab,
                  mode_name);
@@ -300,6 +360,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return edgellm::tools::finish_stdout("edgellm-logits", 0);
   }
+  if (const int rc = check_before_load(a); rc != 0) return rc;
   const int rc = run(a);  // a failed --out write has said so already
   return rc == 0 ? edgellm::tools::finish_stdout("edgellm-logits", rc) : rc;
 }

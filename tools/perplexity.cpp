@@ -4,7 +4,7 @@
 // perplexity tool and its --kl-divergence, in one run with both models loaded).
 #include "cli.hpp"
 #include "edgellm/io/json_write.hpp"
-#include "edgellm/io/mapped_file.hpp"
+#include "edgellm/model/config_json.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/thread_pool.hpp"
@@ -29,6 +29,8 @@
 namespace {
 
 constexpr const char* kProg = "edgellm-perplexity";
+// Largest --text read: far above any evaluation set.
+constexpr std::size_t kMaxTextBytes = std::size_t{1} << 30;
 
 constexpr const char* kUsage =
     "usage: edgellm-perplexity -m DIR --text FILE [options]\n"
@@ -53,8 +55,11 @@ constexpr const char* kUsage =
     "options:\n"
     "  -m, --model DIR      the checkpoint directory (required; its tokenizer.json\n"
     "                       tokenises FILE)\n"
-    "  --text FILE          the evaluation text (required; -f/--file is the same flag)\n"
-    "  -c, --ctx N          window size in tokens (default 512; at least 2)\n"
+    "  --text FILE          the evaluation text (required; -f/--file is the same flag; a\n"
+    "                       pipe such as <(cmd) or `-` for stdin is read to its end)\n"
+    "  -c, --ctx N          window size in tokens (default 512; at least 2; at most the\n"
+    "                       model's max_position_embeddings unless --force-context)\n"
+    "  --force-context      allow --ctx above max_position_embeddings (RoPE untrained there)\n"
     "  --stride N           tokens between window starts (default: ctx; 1..ctx)\n"
     "  -n, --max-tokens N   only the first N tokens of FILE (default: all)\n"
     "  --kl-base BASE       a base checkpoint (e.g. the fp16 one) to measure KL divergence to\n"
@@ -81,7 +86,7 @@ struct Args {
   std::string model, text, kl_base;
   std::size_t ctx = 512, stride = 0, max_tokens = 0, threads = 1;
   bool json = false, fp32_reference = false, exact = false, allow_extra_tensors = false;
-  bool quiet = false;
+  bool quiet = false, force_context = false;
   edgellm::model::LmHeadFormat lm_head = edgellm::model::LmHeadFormat::int8;
   bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
 };
@@ -132,6 +137,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       a.exact = true;
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
+    } else if (arg == "--force-context") {
+      a.force_context = true;
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (arg == "--model") {
@@ -339,7 +346,7 @@ int run(const Args& a) {
     std::fprintf(stderr, "%s: %s\n", kProg, msg.c_str());
     return 1;
   };
-  auto text = edgellm::io::read_text_file(a.text);
+  auto text = edgellm::tools::read_text_argument(a.text, "--text", kMaxTextBytes);
   if (!text) return fail("--text: " + text.error().message);
   if (text->empty()) return fail("--text: '" + a.text + "' is empty");
   for (const auto& [flag, dir] : {std::pair{"--model", &a.model}, {"--kl-base", &a.kl_base}}) {
@@ -347,6 +354,19 @@ int run(const Args& a) {
     if (!dir->empty() && !std::filesystem::is_directory(*dir, ec)) {
       return fail(std::string(flag) + ": '" + *dir + "' is not a directory" +
                   (ec ? " (" + ec.message() + ")" : ""));
+    }
+  }
+  // --ctx against each model's config.json before anything large is read.
+  for (const auto& [flag, dir] : {std::pair{"--model", &a.model}, {"--kl-base", &a.kl_base}}) {
+    if (dir->empty()) continue;
+    auto cfg = edgellm::model::load_model_config(*dir);
+    if (!cfg) return fail(std::string(flag) + ": " + cfg.error().message);
+    if (const std::string why =
+            edgellm::tools::check_context("--ctx", std::to_string(a.ctx), a.ctx,
+                                          cfg->max_position_embeddings, a.force_context);
+        !why.empty()) {
+      const bool base = std::string_view(flag) == "--kl-base";
+      return edgellm::tools::usage_error(kProg, why + (base ? " (--kl-base '" + *dir + "')" : ""));
     }
   }
   auto tok = edgellm::model::Tokenizer::load(a.model);

@@ -2,6 +2,7 @@
 // edgellm-quantize: AWQ (or round-to-nearest) quantisation of an unquantised Hugging Face
 // checkpoint from a calibration text, written as an AutoAWQ gemm checkpoint or, with
 // --fake-quant, as dequantised fp16 (quant/awq_model.hpp, quant/awq_output.hpp).
+#include "cleanup.hpp"
 #include "cli.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/tokenizer.hpp"
@@ -36,12 +37,14 @@ constexpr const char* kUsage =
     "optionally after AutoAWQ's clip search on v, o, gate, up and down (--clip).\n"
     "OUT is written under a temporary name and renamed when complete: AutoAWQ's gemm layout with\n"
     "a quantization_config in config.json (4 bits), or with --fake-quant every linear dequantised\n"
-    "to fp16; tokenizer and generation files are copied.\n"
+    "to fp16; tokenizer and generation files are copied, and a .edgellm-quantize file marks it.\n"
+    "If anything appears at OUT meanwhile, it is left alone and the output kept at OUT.kept.PID.\n"
     "\n"
     "options:\n"
     "  -m, --model DIR      the unquantised checkpoint (required)\n"
     "  --calib FILE         the calibration text (required; -f/--file is the same flag)\n"
-    "  --out OUT            the output directory (required; refused if it exists, see --force)\n"
+    "  --out OUT            the output directory (required; refused if it exists, see --force;\n"
+    "                       never ., /, $HOME, an input or a directory holding one)\n"
     "  --method awq|rtn     awq (default), or round-to-nearest with no search (the baseline)\n"
     "  --bits N             2..8 (default 4; other than 4 needs --fake-quant). 8 bits is\n"
     "                       edgellm's symmetric int8 format (one fp32 scale per group)\n"
@@ -64,7 +67,8 @@ constexpr const char* kUsage =
     "                       calibration inputs (GPTQ's update within each group; the default),\n"
     "                       or to nearest (AutoAWQ's); the format is the same\n"
     "  --fake-quant         write dequantised fp16 weights instead of the gemm layout\n"
-    "  --force              replace OUT if it exists\n"
+    "  --force              replace OUT if it is an earlier output (it has .edgellm-quantize);\n"
+    "                       anything else at OUT is never replaced\n"
     "  -t, --threads N      threads (default 1; at most 4 x the hardware threads, and 256)\n"
     "  --quiet              no progress on stderr\n"
     "  -h, --help           this text\n"
@@ -200,8 +204,12 @@ int run(Args& a) {
   std::error_code ec;
   if (!std::filesystem::is_directory(a.model, ec))
     return fail("--model: '" + a.model + "' is not a directory");
-  if (std::filesystem::exists(std::filesystem::symlink_status(a.out, ec)) && !a.o.force)
-    return fail("--out: '" + a.out + "' exists; not overwritten (add --force to replace it)");
+  a.o.inputs = {a.calib};
+  // Before the slow steps; write_quantized_model checks again, and again before its rename.
+  if (auto st = edgellm::quant::check_quantize_output(a.model, a.out, a.o); !st)
+    return fail("--out: " + st.error().message);
+  edgellm::tools::remove_temp_on_signal();
+  a.o.on_temp = [](const std::string& tmp) { edgellm::tools::set_signal_temp(tmp, true); };
   auto text = edgellm::io::read_text_file(a.calib);
   if (!text) return fail("--calib: " + text.error().message);
   auto tok = edgellm::model::Tokenizer::load(a.model);

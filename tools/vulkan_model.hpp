@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,27 @@ inline std::string vulkan_unavailable() {
 #endif
 }
 
+/// The Vulkan device a tool opened: what it says about it on stderr (vulkan_device_lines).
+struct VulkanDeviceNote {
+  std::uint32_t index = 0;
+  std::string name;                ///< VkPhysicalDeviceProperties::deviceName
+  std::string type;                ///< "discrete GPU", "CPU", ...
+  bool cpu_implementation = false; ///< lavapipe, llvmpipe, SwiftShader: slower than the CPU path
+};
+
+/// "Vulkan device N: NAME (TYPE)" (unless `quiet`), then for a CPU implementation the warning
+/// that --backend cpu is faster (even when `quiet`: it is a warning).
+inline void print_vulkan_device(const char* prog, const VulkanDeviceNote& d, bool quiet) {
+  if (!quiet)
+    std::fprintf(stderr, "Vulkan device %u: %s (%s)\n", d.index, d.name.c_str(), d.type.c_str());
+  if (d.cpu_implementation) {
+    std::fprintf(stderr,
+                 "%s: warning: Vulkan device '%s' is a CPU implementation; --backend cpu is "
+                 "faster\n",
+                 prog, d.name.c_str());
+  }
+}
+
 #if EDGELLM_TOOLS_VULKAN
 /// `e` with the CLI's way out appended, unless it already names it.
 inline error with_cpu_fallback(error e) {
@@ -64,16 +86,30 @@ inline error with_cpu_fallback(error e) {
   return e;
 }
 
+/// The note on a device this tool opened.
+inline VulkanDeviceNote vulkan_device_note(const backend::vk::Device& device) {
+  const backend::vk::DeviceInfo& i = device.info();
+  return {i.index, i.name, backend::vk::to_string(i.type), i.type == VK_PHYSICAL_DEVICE_TYPE_CPU};
+}
+
 /// A Session (edgellm-generate) over `engine` on the Vulkan device `device_index` (or the
 /// backend's rule), its int4 decode GEMVs the `gemv` build (--vk-gemv); errors say how to fall
-/// back to --backend cpu.
+/// back to --backend cpu. The device is opened here so that the tool can name it: `device`
+/// receives it and must outlive the Session (declare it first); `note` describes it.
 inline result<Session> make_vulkan_session(
     std::shared_ptr<const Engine> engine, const SessionOptions& options,
-    std::optional<std::uint32_t> device_index,
-    backend::vk::GemvChoice gemv = backend::vk::GemvChoice::automatic) {
+    std::optional<std::uint32_t> device_index, backend::vk::GemvChoice gemv,
+    std::shared_ptr<void>& device, VulkanDeviceNote& note) {
+  backend::vk::DeviceOptions dopts;
+  dopts.device_index = device_index;
+  auto dev = backend::vk::Device::create(dopts);
+  if (!dev) return with_cpu_fallback(dev.error());
+  note = vulkan_device_note(**dev);
+  std::shared_ptr<backend::vk::Device> owned = std::move(*dev);
   VulkanSessionOptions vo;
-  vo.device_options.device_index = device_index;
+  vo.device = owned.get();
   vo.backend_options.gemv = gemv;
+  device = owned;
   auto s = create_vulkan_session(std::move(engine), options, vo);
   if (!s) return with_cpu_fallback(s.error());
   return s;

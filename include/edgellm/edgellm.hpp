@@ -13,6 +13,7 @@
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/io/meminfo.hpp"
+#include "edgellm/io/output_path.hpp"
 #include "edgellm/io/safetensors.hpp"
 
 #include "edgellm/kernels.hpp"

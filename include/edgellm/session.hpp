@@ -196,6 +196,8 @@ class Engine {
   const std::string& lm_head_note() const noexcept { return lm_head_note_; }
   /// The packed-weight cache's note (model::TransformerWeights::packed_cache_note).
   const std::string& packed_cache_note() const noexcept { return weights_->packed_cache_note; }
+  /// The note is a warning: the packed cache was neither used nor written.
+  bool packed_cache_failed() const noexcept { return weights_->packed_cache_failed; }
 
  private:
   Engine() = default;
@@ -438,17 +440,23 @@ class Session {
   /// app's, else the Engine's), max_batch, profile, and the context size (0: the model's
   /// maximum, at most 4096, capped at a sliding window).
   static model::TransformerOptions model_options(const Engine& engine, const SessionOptions& options) {
-    const model::ModelConfig& cfg = engine.config();
     model::TransformerOptions to;
     to.pool = options.pool != nullptr ? options.pool : engine.pool();
     to.max_batch = options.max_batch;
-    to.context_size = options.context_size;
+    to.context_size = context_size_for(engine.config(), options.context_size);
     to.profile = options.profile;
-    if (to.context_size == 0) {
-      to.context_size = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
-      if (cfg.sliding_window) to.context_size = std::min(to.context_size, *cfg.sliding_window);
-    }
     return to;
+  }
+
+  /// The context size of a Session with SessionOptions::context_size `requested` over a model
+  /// of config `cfg` (before a memory budget shrinks it): `requested`, or when 0 the model's
+  /// maximum, at most 4096, capped at a sliding window. Needs config.json only, so an
+  /// application can check a prompt's length before loading the weights.
+  static std::size_t context_size_for(const model::ModelConfig& cfg, std::size_t requested) {
+    if (requested != 0) return requested;
+    std::size_t n = std::min<std::size_t>(cfg.max_position_embeddings, 4096);
+    if (cfg.sliding_window) n = std::min(n, *cfg.sliding_window);
+    return n;
   }
 
   /// A Session over models the caller built on another compute backend (a Vulkan device:

@@ -93,15 +93,64 @@ else
   fail "interactive chat (exit $rc, ${#turns[@]} stats lines, wanted 3)" "$(cat "$tmp/ichat.err")"
 fi
 expect "chat: end of input at once exits 0" 0 "loaded" -- "$bin" --model "$model" --chat -n 4
-
-# Progress of the load: one line per 10 % at most when stderr is not a terminal; --quiet: none,
-# and no other chatter (stderr empty).
-"$bin" --model "$model" -n 2 >/dev/null 2>"$tmp/progress.err" </dev/null
-lines=$(grep -cE '^[a-z0-9 ]+: +[0-9]+%$' "$tmp/progress.err")
-if [ "$lines" -ge 2 ] && [ "$lines" -le 11 ] && grep -qE '^repacking int4: 100%$' "$tmp/progress.err"; then
-  ok "progress: $lines lines, ending at 100%"
+# A line that is not UTF-8 is reported and skipped; the chat goes on with the next line.
+printf 'bad \xff byte\nAnd then?\n' | "$bin" --model "$model" -i -n 4 >"$tmp/u8.out" 2>"$tmp/u8.err"
+rc=$?
+if [ $rc = 0 ] && grep -q "input line 1: not valid UTF-8 (byte 5); skipped" "$tmp/u8.err" \
+   && [ "$(grep -c ' generated; stop' "$tmp/u8.err")" = 1 ] && grep -q "chat ended: 1 answer;" "$tmp/u8.err"; then
+  ok "chat: an invalid UTF-8 line is skipped, the next answered"
 else
-  fail "progress: $lines lines" "$(cat "$tmp/progress.err")"
+  fail "chat: invalid UTF-8 line (exit $rc)" "$(cat "$tmp/u8.err")"
+fi
+# A context of 128 with answers of 50 tokens fills during the second answer: the first turn is
+# dropped (a note on stderr), the answer goes on, and so does the chat.
+printf 'And it came to pass\n%.0s' 1 2 3 4 |
+  "$bin" --model "$src/models/kjv-target-awq" -i -n 50 -c 128 --seed 1 >"$tmp/shift.out" 2>"$tmp/shift.err"
+rc=$?
+if [ $rc = 0 ] && grep -q "^context full: dropped the oldest 1 turn$" "$tmp/shift.err" \
+   && [ "$(grep -c ' generated; stop' "$tmp/shift.err")" = 4 ] && grep -q "chat ended: 4 answers" "$tmp/shift.err"; then
+  ok "chat: a full context drops the oldest turn and goes on"
+else
+  fail "chat: full context (exit $rc)" "$(cat "$tmp/shift.err")"
+fi
+# A message too long for the context on its own is reported and skipped; the chat goes on.
+long_line=$(printf 'and the LORD spake unto Moses %.0s' $(seq 12))
+printf '%s\nAnd then?\n' "$long_line" | "$bin" --model "$model" -i -n 4 -c 48 >"$tmp/long.out" 2>"$tmp/long.err"
+rc=$?
+if [ $rc = 0 ] && grep -q "input line 1: [0-9]* tokens (in the chat template.*) do not fit the context of 48 (raise --context); skipped" "$tmp/long.err" \
+   && grep -q "chat ended: 1 answer;" "$tmp/long.err"; then
+  ok "chat: a message longer than the context is skipped, the next answered"
+else
+  fail "chat: a message longer than the context (exit $rc)" "$(cat "$tmp/long.err")"
+fi
+# -n -1: until the end of the text or a full context; -s -1: a random seed, printed;
+# --no-display-prompt: the prompt is not echoed.
+expect "-n -1 runs until the context is full" 0 "stop: context full" -- \
+  "$bin" --model "$model" -n -1 -c 48 --ignore-eos
+expect "--max-tokens -1" 0 "stop: context full" -- "$bin" --model "$model" --max-tokens -1 -c 48 --ignore-eos
+expect "-n -2" 2 "--max-tokens: '-2' is not a number" -- "$bin" --model "$model" -n -2
+expect "-s -1 prints the seed" 0 "^seed: [0-9]+$" -- "$bin" --model "$model" -n 2 -s -1
+seed_line=$("$bin" --model "$model" -n 2 -s -1 --quiet 2>&1 >/dev/null)
+if [ -z "$seed_line" ]; then ok "-s -1 --quiet: no seed line"; else fail "-s -1 --quiet" "$seed_line"; fi
+text=$("$bin" --model "$model" -n 4 --prompt "And God said" --no-display-prompt --quiet)
+if [ $? = 0 ] && [ -n "$text" ] && [[ "$text" != "And God said"* ]]; then
+  ok "--no-display-prompt: the generated text only"
+else
+  fail "--no-display-prompt" "$text"
+fi
+text=$("$bin" --model "$model" -n 4 --prompt "And God said" --quiet)
+if [[ "$text" == "And God said"* ]]; then ok "the prompt is echoed by default"; else fail "prompt echo" "$text"; fi
+
+# Progress of the load: only for a stage that runs over a second, so a load of a fraction of a
+# second (the bundled target model) draws none; --quiet: none, and no other chatter (stderr
+# empty).
+"$bin" --model "$src/models/kjv-target-awq" -n 2 >/dev/null 2>"$tmp/progress.err" </dev/null
+rc=$?
+lines=$(grep -cE '^[a-z0-9 ]+: +[0-9]+%$' "$tmp/progress.err")
+if [ $rc = 0 ] && [ "$lines" = 0 ] && grep -q "^loaded" "$tmp/progress.err"; then
+  ok "progress: a quick load draws no progress lines"
+else
+  fail "progress: $lines lines for a quick load" "$(cat "$tmp/progress.err")"
 fi
 "$bin" --model "$model" -n 2 --quiet >"$tmp/quiet.out" 2>"$tmp/quiet.err" </dev/null
 if [ $? = 0 ] && [ ! -s "$tmp/quiet.err" ] && [ -s "$tmp/quiet.out" ]; then
@@ -126,12 +175,16 @@ for kv in f32 f16 int8; do
   expect "--kv-type $kv" 0 "generated" -- "$bin" --model "$model" --kv-type $kv -n 4
 done
 expect "bad --kv-type" 2 "int8" -- "$bin" --model "$model" --kv-type q3
-expect "prompt cache of another model" 1 "another model" -- "$bin" --model "$src/models/kjv-target-awq" --prompt "x" --prompt-cache "$tmp/pc.bin"
+# A prompt cache of ours that does not fit (another model, damaged) is rebuilt with a warning,
+# as the packed cache is (exit 0); the next run then starts from it.
+cp "$tmp/pc.bin" "$tmp/pc_other.bin"
+expect "prompt cache of another model: rebuilt" 0 "warning: --prompt-cache: .*another model.*; rebuilding it" -- "$bin" --model "$src/models/kjv-target-awq" --prompt "x" -n 2 --prompt-cache "$tmp/pc_other.bin"
+expect "... then it is this model's" 0 "prompt cache: [0-9]+ tokens from" -- "$bin" --model "$src/models/kjv-target-awq" --prompt "x" -n 2 --prompt-cache "$tmp/pc_other.bin"
 head -c 200 "$tmp/pc.bin" > "$tmp/pc_short.bin"
-expect "truncated prompt cache" 1 "pc_short.bin" -- "$bin" --model "$model" --prompt "x" --prompt-cache "$tmp/pc_short.bin"
+expect "truncated prompt cache: rebuilt" 0 "warning: --prompt-cache: .*pc_short.bin.*; rebuilding it" -- "$bin" --model "$model" --prompt "x" -n 2 --prompt-cache "$tmp/pc_short.bin"
 cp "$tmp/pc.bin" "$tmp/pc_flip.bin"
 printf '\x55' | dd of="$tmp/pc_flip.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
-expect "corrupted prompt cache" 1 "checksum|corrupt" -- "$bin" --model "$model" --prompt "x" --prompt-cache "$tmp/pc_flip.bin"
+expect "corrupted prompt cache: rebuilt" 0 "warning: --prompt-cache: .*(checksum|corrupt).*; rebuilding it" -- "$bin" --model "$model" --prompt "x" -n 2 --prompt-cache "$tmp/pc_flip.bin"
 
 # Speculative decoding: greedy output identical to plain decoding with either draft (plain
 # decoding with the same KV cache type: int8 and f16 caches may part at a near tie).
@@ -214,5 +267,58 @@ expect "--packed-cache on another file" 0 "not overwritten.*--force" -- "$bin" -
 if [ "$(cat "$tmp/notes.bin")" = "my notes" ]; then echo "ok   ... the file is unchanged"; else echo "FAIL ... the file was changed"; failures=$((failures + 1)); fi
 expect "--packed-cache on another file with --force" 0 "wrote" -- "$bin" --model "$model" -n 2 --packed-cache "$tmp/notes.bin" --force
 expect "... then it is ours" 0 "mapped from" -- "$bin" --model "$model" -n 2 --packed-cache "$tmp/notes.bin"
+
+# Caches that cannot be saved are warnings, under --quiet too (it hides progress and statistics,
+# not warnings): the text was produced, exit 0.
+printf 'my notes' > "$tmp/notes2.bin"
+expect "--quiet: a packed cache left alone still warns" 0 "warning: packed cache: .*not overwritten" -- "$bin" --model "$model" -n 2 --quiet --packed-cache "$tmp/notes2.bin"
+expect "--quiet: a packed cache write failure warns" 0 "warning: packed cache: .*nodir" -- "$bin" --model "$model" -n 2 --quiet --packed-cache "$tmp/nodir/p.bin"
+"$bin" --model "$model" -n 2 --prompt-cache "$tmp/nodir/pc.bin" >"$tmp/pcw.out" 2>"$tmp/pcw.err" </dev/null
+rc=$?
+if [ $rc = 0 ] && grep -q "And God said" "$tmp/pcw.out" && grep -q "warning: --prompt-cache: .*nodir.*; not saved" "$tmp/pcw.err"; then
+  ok "a prompt cache write failure: the text, a warning, exit 0"
+else
+  fail "prompt cache write failure (exit $rc)" "$(cat "$tmp/pcw.err")"
+fi
+
+# Usage errors (exit 2) naming the flags: an empty -m is not the bundled model; flags that
+# would silently ignore one another.
+expect "-m ''" 2 "--model: empty DIR" -- "$bin" -m "" -n 2
+expect "--prompt-ids with -p" 2 "--prompt and --prompt-ids both give the prompt" -- "$bin" --model "$model" -p "And God" --prompt-ids 1,2
+expect "-p with -f" 2 "--prompt and --file both give the prompt" -- "$bin" --model "$model" -p "And God" -f -
+expect "-p with -i" 2 "--prompt and --chat .* both give the prompt" -- "$bin" --model "$model" -p "And God" -i
+expect "--system without -i" 2 "--system: only with --chat/-i" -- "$bin" --model "$model" --system "Be terse."
+
+# -f reads a pipe (`-f <(cmd)`) or a FIFO to its end; devices are still refused.
+expect "-f <(cmd)" 0 "^In the beginning" -- "$bin" --model "$model" -n 2 -f <(printf 'In the beginning')
+mkfifo "$tmp/prompt.fifo"
+timeout 60 bash -c "printf 'In the beginning' >'$tmp/prompt.fifo'" &
+expect "-f FIFO" 0 "^In the beginning" -- "$bin" --model "$model" -n 2 -f "$tmp/prompt.fifo"
+expect "-f /dev/zero" 1 "--file: .*/dev/zero': is a character device, not a regular file" -- "$bin" --model "$model" -n 2 -f /dev/zero
+
+# Checked before the load (a 7B load takes a minute): with a truncated weights file, each of
+# these still gets its own error, not the weights' (the first case shows the load's).
+bw="$tmp/badweights"
+mkdir -p "$bw" && cp "$model"/config.json "$model"/generation_config.json "$model"/tokenizer.json "$bw/"
+head -c 2000 "$model/model.safetensors" >"$bw/model.safetensors"
+expect "truncated weights: the load's error" 1 "model.safetensors" -- "$bin" --model "$bw" -n 2
+expect "before the load: empty prompt" 1 "--prompt: empty" -- "$bin" --model "$bw" -n 2 --prompt ""
+expect "before the load: invalid UTF-8 prompt" 1 "--prompt: .*not valid UTF-8" -- "$bin" --model "$bw" -n 2 --prompt $'bad \xff byte'
+printf 'bad \xff byte' >"$tmp/bad_utf8.txt"
+expect "before the load: invalid UTF-8 -f" 1 "--file: .*not valid UTF-8" -- "$bin" --model "$bw" -n 2 -f "$tmp/bad_utf8.txt"
+expect "before the load: invalid UTF-8 --system" 1 "--system: .*not valid UTF-8" -- "$bin" --model "$bw" -n 2 -i --system $'\xff'
+long=$(printf 'And God said, Let there be light. %.0s' $(seq 1 20))
+expect "before the load: prompt longer than the context" 1 "--prompt: [0-9]+ tokens do not fit the context of 16" -- "$bin" --model "$bw" -n 2 --context 16 --prompt "$long"
+expect "before the load: --prompt-ids beyond vocab_size" 1 "--prompt-ids: id 4096 \(item 3\) is out of range: the model's vocab_size is 4096" -- "$bin" --model "$bw" -n 2 --prompt-ids 1,2,4096
+expect "before the load: --prompt-ids beyond the context" 1 "--prompt-ids: 20 tokens do not fit the context of 16" -- "$bin" --model "$bw" -n 2 --context 16 --prompt-ids "$(seq -s, 1 20)"
+expect "before the load: --context above max_position_embeddings" 2 "--context: 4096 is above the model's max_position_embeddings 2048" -- "$bin" --model "$bw" -n 2 --context 4096
+expect "before the load: --prompt-cache on a file not ours" 1 "--prompt-cache: .*exists and is not an edgellm prompt cache" -- "$bin" --model "$bw" -n 2 --prompt-cache "$tmp/notes2.bin"
+if [ "$(cat "$tmp/notes2.bin")" = "my notes" ]; then ok "... the file is unchanged"; else fail "... the file was changed"; fi
+cp "$bw/generation_config.json" "$tmp/gen.json"
+for kv in temperature:1e308 temperature:-1 top_p:1.5 repetition_penalty:1e39; do
+  printf '{"%s": %s}\n' "${kv%%:*}" "${kv#*:}" >"$bw/generation_config.json"
+  expect "before the load: generation_config.json $kv" 1 "generation_config.json: key '${kv%%:*}': must be in" -- "$bin" --model "$bw" -n 2
+done
+cp "$tmp/gen.json" "$bw/generation_config.json"
 
 finish

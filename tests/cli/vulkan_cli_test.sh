@@ -69,6 +69,20 @@ if text=$("$generate" "${gen[@]}" --backend vulkan --vk-gemv int8 --greedy 2>"$t
 else
   fail "generate --backend vulkan --vk-gemv int8 --greedy" "$(cat "$tmp/err")"
 fi
+# The device it picked is named on stderr; a CPU implementation (lavapipe here) is warned about.
+dev_args=(--model "$src/models/kjv-draft-awq" -n 2 --kv-type f16 --backend vulkan)
+err=$("$generate" "${dev_args[@]}" 2>&1 >/dev/null)
+device=$(grep -E '^Vulkan device [0-9]+: .+ \((discrete GPU|integrated GPU|virtual GPU|CPU|other)\)$' <<<"$err")
+warned=$(grep -c "warning: Vulkan device '.*' is a CPU implementation; --backend cpu is faster" <<<"$err")
+want_warning=0
+[[ "$device" == *"(CPU)" ]] && want_warning=1
+if [ -n "$device" ] && [ "$warned" = "$want_warning" ]; then
+  ok "generate vulkan: names the device ($device), warns for a CPU implementation"
+else
+  fail "generate vulkan: the device note" "$err"
+fi
+err=$("$generate" "${dev_args[@]}" --quiet 2>&1 >/dev/null)
+if ! grep -q "^Vulkan device" <<<"$err"; then ok "generate vulkan --quiet: no device line"; else fail "--quiet device line" "$err"; fi
 
 EXPECT_STREAM=stderr
 expect "generate vulkan: --kv-type f32 has no device format" 1 "f32.*--backend cpu" -- "$generate" "${gen[@]}" --backend vulkan --kv-type f32

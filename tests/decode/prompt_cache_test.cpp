@@ -618,6 +618,15 @@ TEST_CASE("prompt cache: a file that is not a prompt cache is never overwritten"
   CHECK(back->tokens == c.tokens);
   const std::string empty = dir.write("empty.prompt", "");
   REQUIRE(decode::write_prompt_cache(empty, c));
+
+  // check_prompt_cache_path says the same before anything is written (or a model loaded).
+  CHECK(decode::check_prompt_cache_path(path));
+  CHECK(decode::check_prompt_cache_path(dir.file("missing.prompt")));
+  auto other = decode::check_prompt_cache_path(notes);
+  REQUIRE_FALSE(other);
+  CHECK_THAT(other.error().message, Contains("[check_prompt_cache_path] '" + notes +
+                                             "': exists and is not an edgellm prompt cache"));
+  CHECK_FALSE(decode::check_prompt_cache_path(dir.path().string()));
 }
 
 }  // namespace test_decode_prompt_cache

@@ -8,7 +8,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstddef>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -96,13 +101,13 @@ TEST_CASE("atomic write errors name the file and the OS reason", "[io]") {
   CHECK_THAT(st.error().message, Contains("No such file or directory (errno 2)"));
   CHECK_FALSE(std::filesystem::exists(bad));
 
-  // The target is a directory: the rename fails, and the temporary file is removed.
+  // The target is a directory: refused before anything is written.
   const std::string d = dir.file("adir");
   std::filesystem::create_directories(d + "/inside");
   auto over_dir = io::write_file_atomic(d, bytes_of("x"));
   REQUIRE_FALSE(over_dir);
-  CHECK_THAT(over_dir.error().message, Contains("'" + d + "': cannot rename the temporary file"));
-  CHECK(std::filesystem::is_directory(d));
+  CHECK_THAT(over_dir.error().message, Contains("'" + d + "': is a directory, not a regular file"));
+  CHECK(std::filesystem::is_directory(d + "/inside"));
   CHECK(entries(dir) == 1);
 }
 
@@ -166,6 +171,180 @@ TEST_CASE("check_replaceable: only nothing, an empty file or one of ours may be 
     REQUIRE_FALSE(device);
     CHECK_THAT(device.error().message, Contains("is a character device"));
   }
+}
+
+namespace {
+
+/// A pid no process has: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("output rule: devices, FIFOs, directories, inputs and their ancestors are refused "
+          "with or without replace, never suggesting it",
+          "[io]") {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::filesystem::create_directories(dir.file("a/in"));
+  const std::string input = dir.file("a/in");
+  const std::string inputs[] = {input};
+  for (const bool replace : {false, true}) {
+    INFO("replace " << replace);
+    io::OutputRule rule;
+    rule.replace = replace;
+    rule.replace_hint = "--force";
+    rule.inputs = inputs;
+    const auto refused = [&](const std::string& path, const std::string& why) {
+      INFO(path);
+      auto w = io::AtomicFileWriter::create(path, "test", rule);
+      REQUIRE_FALSE(w);
+      CHECK_THAT(w.error().message, Contains("'" + path + "': " + why));
+      CHECK_THAT(w.error().message, Contains("not written (choose another path)"));
+      CHECK_THAT(w.error().message, !Contains("--force"));
+    };
+    refused(fifo, "is a FIFO (named pipe), not a regular file");
+    refused(dir.file("a"), "contains the input '" + input + "'");
+    refused(input, "is the input '" + input + "'");
+    refused(dir.file("a/in/"), "is the input '" + input + "'");
+    refused("/", "is the root directory");
+    refused(".", "is the current directory");
+    refused("..", "contains the current directory");
+    if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+      auto h = io::check_output_path(home, rule, "test");  // or "contains the current ..."
+      REQUIRE_FALSE(h);
+      CHECK_THAT(h.error().message, Contains("directory; not written"));
+    }
+    if (std::filesystem::exists("/dev/null")) refused("/dev/null", "is a character device");
+    // A symlink is judged by what it points to.
+    std::filesystem::create_symlink(fifo, dir.file("link" + std::to_string(replace)));
+    refused(dir.file("link" + std::to_string(replace)), "is a FIFO");
+    io::OutputRule d = rule;
+    d.kind = io::OutputKind::directory;
+    d.marker = ".ours";
+    auto unmarked = io::check_output_path(dir.file("a/in/.."), d, "test");
+    REQUIRE_FALSE(unmarked);
+    CHECK_THAT(unmarked.error().message, Contains("contains the input"));
+    std::filesystem::create_directories(dir.file("theirs"));
+    auto theirs = io::check_output_path(dir.file("theirs"), d, "test");
+    REQUIRE_FALSE(theirs);
+    CHECK_THAT(theirs.error().message,
+               Contains("is a directory without the .ours file") && !Contains("--force"));
+  }
+  struct stat st {};
+  REQUIRE(::stat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(std::filesystem::is_directory(input));
+}
+
+TEST_CASE("output rule: without replace, a target that appears before commit is kept", "[io]") {
+  TempDir dir;
+  const std::string path = dir.file("out.json");
+  io::OutputRule rule;
+  rule.replace = false;
+  rule.replace_hint = "--force";
+  {
+    std::ofstream(dir.file("old.json")) << "old";
+  }
+  auto exists = io::AtomicFileWriter::create(dir.file("old.json"), "test", rule);
+  REQUIRE_FALSE(exists);
+  CHECK_THAT(exists.error().message, Contains("exists; not overwritten (--force replaces it)"));
+
+  auto w = io::AtomicFileWriter::create(path, "test", rule);
+  REQUIRE(w);
+  REQUIRE(w->write(bytes_of("new output")));
+  {
+    std::ofstream(path) << "sentinel";  // another writer got there first
+  }
+  auto st = w->commit();
+  REQUIRE_FALSE(st);
+  CHECK(slurp(path) == "sentinel");
+  const std::string kept = path + ".kept." + std::to_string(::getpid());
+  CHECK_THAT(st.error().message,
+             Contains("appeared while the output was written") && Contains("'" + kept + "'"));
+  CHECK(slurp(kept) == "new output");
+
+  // A directory output: the same, through commit_output.
+  io::OutputRule d = rule;
+  d.kind = io::OutputKind::directory;
+  d.marker = ".ours";
+  const std::string out = dir.file("outdir"), tmp = io::temp_stem(out) + "0";
+  std::filesystem::create_directories(tmp);
+  std::ofstream(tmp + "/.ours") << "";
+  std::filesystem::create_directories(out);  // appeared (empty: a plain rename would take it)
+  bool was_kept = false;
+  auto sd = io::commit_output(tmp, out, d, "test", &was_kept);
+  REQUIRE_FALSE(sd);
+  CHECK(was_kept);
+  CHECK(std::filesystem::is_empty(out));
+  CHECK(std::filesystem::exists(out + ".kept." + std::to_string(::getpid()) + "/.ours"));
+}
+
+TEST_CASE("output rule: a marked directory is replaced only with replace", "[io]") {
+  TempDir dir;
+  io::OutputRule d;
+  d.kind = io::OutputKind::directory;
+  d.marker = ".ours";
+  d.replace = true;
+  const std::string out = dir.file("out");
+  std::filesystem::create_directories(out);
+  std::ofstream(out + "/.ours") << "";
+  std::ofstream(out + "/old") << "old";
+  REQUIRE(io::check_output_path(out, d, "test"));
+  const std::string tmp = io::temp_stem(out) + "0";
+  std::filesystem::create_directories(tmp);
+  std::ofstream(tmp + "/.ours") << "";
+  std::ofstream(tmp + "/new") << "new";
+  REQUIRE(io::commit_output(tmp, out, d, "test"));
+  CHECK(slurp(out + "/new") == "new");
+  CHECK_FALSE(std::filesystem::exists(out + "/old"));
+  CHECK(entries(dir) == 1);  // the old one moved aside is gone too
+  d.replace = false;
+  auto again = io::check_output_path(out, d, "test");
+  REQUIRE_FALSE(again);
+  CHECK_THAT(again.error().message, Contains("exists; not overwritten"));
+}
+
+TEST_CASE("output rule: temporaries of dead writers are removed, only of our exact pattern",
+          "[io]") {
+  TempDir dir;
+  const std::string path = dir.file("cache.bin");
+  const std::string dead = std::to_string(dead_pid());
+  const std::string stale = path + ".tmp." + dead + ".123.0";
+  const std::vector<std::string> kept = {
+      path + ".tmp." + dead + ".123",      // not the file pattern
+      path + ".tmp." + dead + ".1.0.x",    // not the file pattern
+      path + ".tmp.1.123.0",               // pid 1 is alive
+      dir.file("other.bin.tmp." + dead + ".1.0"),  // another target's
+  };
+  std::ofstream(stale) << "partial";
+  for (const std::string& k : kept) std::ofstream(k) << "keep";
+  std::filesystem::create_directories(path + ".tmp." + dead + ".7.0");  // not a regular file
+  REQUIRE(io::write_file_atomic(path, bytes_of("whole")));
+  CHECK_FALSE(std::filesystem::exists(stale));
+  for (const std::string& k : kept) CHECK(slurp(k) == "keep");
+  CHECK(std::filesystem::is_directory(path + ".tmp." + dead + ".7.0"));
+  CHECK(slurp(path) == "whole");
+
+  // Directories: only ones carrying the marker.
+  io::OutputRule d;
+  d.kind = io::OutputKind::directory;
+  d.marker = ".ours";
+  const std::string out = dir.file("out");
+  for (const std::string sfx : {".0", ".1.old", ".2"}) {
+    std::filesystem::create_directories(out + ".tmp." + dead + sfx);
+    if (sfx != ".2") std::ofstream(out + ".tmp." + dead + sfx + "/.ours") << "";
+  }
+  io::remove_stale_temps(out, d);
+  CHECK_FALSE(std::filesystem::exists(out + ".tmp." + dead + ".0"));
+  CHECK_FALSE(std::filesystem::exists(out + ".tmp." + dead + ".1.old"));
+  CHECK(std::filesystem::exists(out + ".tmp." + dead + ".2"));
 }
 
 }  // namespace test_io_atomic_file

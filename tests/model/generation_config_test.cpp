@@ -104,6 +104,13 @@ TEST_CASE("generation_config: wrong types and ranges name the file and the key",
   CHECK_THAT(error_of(R"({"temperature": -0.1})"), Contains("key 'temperature': must be in [0, inf)"));
   CHECK_THAT(error_of(R"({"repetition_penalty": 0})"),
              Contains("key 'repetition_penalty': must be in (0, inf)"));
+  // Finite as a double, out of range once read as the sampler's float.
+  CHECK_THAT(error_of(R"({"temperature": 1e308})"),
+             Contains("g.json: key 'temperature': must be in [0, inf) as a 32-bit float, got 1e"));
+  CHECK_THAT(error_of(R"({"repetition_penalty": 1e39})"),
+             Contains("key 'repetition_penalty': must be in (0, inf) as a 32-bit float"));
+  CHECK_THAT(error_of(R"({"min_p": 0.999999999})"),
+             Contains("key 'min_p': must be in [0, 1) as a 32-bit float"));
   CHECK_THAT(error_of(R"({"eos_token_id": "2"})"),
              Contains("g.json: key 'eos_token_id': expected a token id or a list of token ids"));
   CHECK_THAT(error_of(R"({"eos_token_id": [2, "x"]})"), Contains("key 'eos_token_id'"));

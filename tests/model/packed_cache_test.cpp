@@ -8,6 +8,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -246,6 +250,47 @@ TEST_CASE("packed cache: an explicit path holding another file is left alone unl
     REQUIRE_THAT((*w)->packed_cache_note, Contains("is a directory"));
     CHECK(std::filesystem::is_directory(o.packed_cache));
   }
+  SECTION("a FIFO or a directory is never replaced, forced or not; no --force hint") {
+    REQUIRE(::mkfifo(o.packed_cache.c_str(), 0600) == 0);
+    std::filesystem::create_directories(tmp.file("dir.bin"));
+    for (const std::string& path : {o.packed_cache, tmp.file("dir.bin")}) {
+      for (const bool force : {false, true}) {
+        INFO(path << " force " << force);
+        LoadOptions f = o;
+        f.packed_cache = path;
+        f.packed_cache_overwrite = force;
+        auto w = load_weights(dir, f);
+        REQUIRE(w);
+        REQUIRE_THAT((*w)->packed_cache_note, Contains("not a regular file; not written") &&
+                                                  !Contains("--force") && !Contains("wrote"));
+      }
+    }
+    struct stat st {};
+    REQUIRE(::stat(o.packed_cache.c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));
+    CHECK(std::filesystem::is_directory(tmp.file("dir.bin")));
+  }
+}
+
+TEST_CASE("packed cache: a killed writer's temporary is removed by the next write", "[model]") {
+  edgellm::test::TempDir tmp("edgellm-packed-stale");
+  const std::string dir = edgellm::test::copy_fixture("qwen2-awq-gemm", tmp);
+  LoadOptions o;
+  o.packed_cache = tmp.file("cache.bin");
+  const pid_t child = ::fork();  // exits at once: its pid is then no process's
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  const std::string stale = o.packed_cache + ".tmp." + std::to_string(child) + ".42.0";
+  edgellm::test::write_file(stale, "EDGELLM Q4 PACK partial");
+  auto w = load_weights(dir, o);
+  REQUIRE(w);
+  REQUIRE_THAT((*w)->packed_cache_note, Contains("wrote"));
+  CHECK_FALSE(std::filesystem::exists(stale));
+  std::size_t n = 0;  // files of the cache: itself only
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
+    n += e.path().filename().string().rfind("cache.bin", 0) == 0;
+  CHECK(n == 1);
 }
 
 TEST_CASE("packed cache: two threads loading one checkpoint with `auto` both succeed",

@@ -2,14 +2,19 @@
 #include "edgellm/quant/awq_output.hpp"
 
 #include "edgellm/model/weights.hpp"
+#include "support/limited_child.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_env.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -21,6 +26,11 @@ using namespace edgellm::quant;
 namespace {
 
 std::string fixture(const char* name) { return test::source_dir() + "/tests/data/model/" + name; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
 
 std::vector<std::int32_t> tokens(std::size_t n) {
   std::mt19937 rng(11);
@@ -35,6 +45,13 @@ QuantizeOptions options() {
   o.spec = {4, 32};
   o.samples = 2;
   o.seqlen = 16;
+  return o;
+}
+
+OutputOptions out_options(bool fake_quant, bool force) {
+  OutputOptions o;
+  o.fake_quant = fake_quant;
+  o.force = force;
   return o;
 }
 
@@ -104,7 +121,7 @@ TEST_CASE("write_quantized_model --fake-quant writes the chosen weights as fp16"
   o.spec.bits = 3;
   auto ref = quantize_model(fixture("llama-fp16"), calib, o);
   REQUIRE(ref);
-  REQUIRE(write_quantized_model(fixture("llama-fp16"), out, calib, o, {.fake_quant = true}));
+  REQUIRE(write_quantized_model(fixture("llama-fp16"), out, calib, o, out_options(true, false)));
   auto cfg = model::load_model_config(out);
   REQUIRE(cfg);
   CHECK_FALSE(cfg->awq);
@@ -139,16 +156,76 @@ TEST_CASE("write_quantized_model refuses and never leaves a half-written output"
   REQUIRE_FALSE(r);
   CHECK(std::distance(std::filesystem::directory_iterator(tmp.path()),
                       std::filesystem::directory_iterator()) == 0);
-  // An existing output is refused without force and replaced with it.
+  // A directory that is not an output of ours is refused, with force too.
   std::filesystem::create_directories(out);
   tmp.write("out/old", "x");
+  for (const bool force : {false, true}) {
+    r = write_quantized_model(fixture("qwen2-fp16"), out, calib, options(),
+                              out_options(false, force));
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("without the .edgellm-quantize file") &&
+                                      !Catch::Contains("--force"));
+    CHECK(slurp(out + "/old") == "x");
+  }
+  // An earlier output (it carries the marker) is refused without force and replaced with it.
+  tmp.write(std::string("out/") + std::string(kQuantizeMarker), "");
   r = write_quantized_model(fixture("qwen2-fp16"), out, calib, options());
   REQUIRE_FALSE(r);
-  CHECK_THAT(r.error().message, Catch::Contains("exists"));
+  CHECK_THAT(r.error().message, Catch::Contains("exists; not overwritten (--force"));
   CHECK(std::filesystem::exists(out + "/old"));
-  REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, options(), {.force = true}));
+  REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, options(),
+                                out_options(false, true)));
   CHECK_FALSE(std::filesystem::exists(out + "/old"));
   CHECK(std::filesystem::exists(out + "/model.safetensors"));
+  CHECK(std::filesystem::exists(out + "/" + std::string(kQuantizeMarker)));
+  CHECK(std::distance(std::filesystem::directory_iterator(tmp.path()),
+                      std::filesystem::directory_iterator()) == 1);
+}
+
+TEST_CASE("write_quantized_model: never an input or its ancestor; a target that appears "
+          "during the run is left alone",
+          "[awq_output]") {
+  test::TempDir tmp;
+  const auto calib = tokens(40);
+  std::filesystem::create_directories(tmp.file("a"));
+  std::filesystem::copy(fixture("qwen2-fp16"), tmp.file("a/in"));
+  tmp.write("a/notes.txt", "mine");
+  const std::string model = tmp.file("a/in");
+  for (const bool force : {false, true}) {
+    for (const std::string& out : {tmp.file("a"), model, tmp.file("a/in/../in")}) {
+      INFO(out << " force " << force);
+      auto r = write_quantized_model(model, out, calib, options(), out_options(false, force));
+      REQUIRE_FALSE(r);
+      CHECK_THAT(r.error().message, Catch::Contains("the input '" + model + "'") &&
+                                        !Catch::Contains("--force"));
+    }
+  }
+  CHECK(slurp(tmp.file("a/notes.txt")) == "mine");
+  CHECK(std::filesystem::exists(model + "/config.json"));
+  // The calibration text named as an input.
+  OutputOptions with_calib = out_options(false, true);
+  with_calib.inputs = {tmp.file("a/notes.txt")};
+  auto rc = write_quantized_model(model, tmp.file("a"), calib, options(), with_calib);
+  REQUIRE_FALSE(rc);
+
+  // Something appears at the output while the run writes: it stays, the result is kept aside.
+  const std::string out = tmp.file("out");
+  std::string seen_temp;
+  OutputOptions oo;
+  oo.on_temp = [&](const std::string& t) {
+    if (seen_temp.empty()) {
+      seen_temp = t;
+      tmp.write("out", "sentinel");
+    }
+  };
+  auto r = write_quantized_model(model, out, calib, options(), oo);
+  REQUIRE_FALSE(r);
+  CHECK(slurp(out) == "sentinel");
+  const std::string kept = out + ".kept." + std::to_string(::getpid());
+  CHECK_THAT(r.error().message, Catch::Contains("appeared") && Catch::Contains(kept));
+  CHECK(std::filesystem::exists(kept + "/model.safetensors"));
+  CHECK_THAT(seen_temp, Catch::Contains(out + ".tmp."));
+  CHECK_FALSE(std::filesystem::exists(seen_temp));
 }
 
 TEST_CASE("write_quantized_model with modules_bits: int8 attention, fp16 down_proj, int4 rest",
@@ -251,7 +328,27 @@ TEST_CASE("write_quantized_model refuses modules_bits it cannot write", "[awq_ou
   CHECK_FALSE(std::filesystem::exists(out));
   // With fake_quant, 3 bits for the MLP is fine.
   o.modules_bits = {{"mlp", 3}, {"self_attn", 16}};
-  REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, o, {.fake_quant = true}));
+  REQUIRE(write_quantized_model(fixture("qwen2-fp16"), out, calib, o, out_options(true, false)));
+}
+
+TEST_CASE("quantize_model out of memory names the model and the stage", "[awq_output]") {
+  // 2M calibration tokens: the residual streams alone ([M][96] fp32, twice) are 1.5 GB.
+  const auto calib = tokens(std::size_t{2} << 20);
+  QuantizeOptions o = options();
+  o.samples = calib.size() / o.seqlen;
+  const std::string dir = fixture("qwen2-fp16");
+  const auto out = test::run_limited(test::vm_bytes() + (std::size_t{256} << 20), [&] {
+    auto r = quantize_model(dir, calib, o);
+    return r ? std::string("ran") : r.error().message;
+  });
+  if (!out.supported) {
+    WARN("skipped: " << out.why_unsupported());
+    return;
+  }
+  INFO(out.describe());
+  REQUIRE(out.exited);
+  CHECK_THAT(out.output, Catch::Contains("out of memory") && Catch::Contains("quantising " + dir) &&
+                             Catch::Contains("layer 1"));
 }
 
 }  // namespace test_quant_awq_output

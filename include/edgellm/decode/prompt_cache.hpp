@@ -76,6 +76,16 @@ inline std::uint64_t tokens_checksum(std::span<const std::int32_t> tokens) noexc
 
 }  // namespace detail
 
+/// Whether `path` may be (re)written as a prompt cache: nothing is there, an empty file, or a
+/// prompt cache (of whatever model or context: a stale one is rebuilt). Any other file, a
+/// directory or a device is refused with an error naming it (io::check_replaceable), so an
+/// application can refuse the path before it loads a model.
+inline status check_prompt_cache_path(const std::string& path,
+                                      std::string_view where = "check_prompt_cache_path") {
+  return io::check_replaceable(path, std::as_bytes(std::span(detail::kPromptCacheMagic)),
+                               "an edgellm prompt cache", where);
+}
+
 /// File layout (little-endian): magic "ELLMPCT1", u64 token count n, n x i32 token ids, u64
 /// checksum of the ids (tokens_checksum), then the state blob (which carries its own header and
 /// checksum). Written atomically (io::AtomicFileWriter). An existing file at `path` is replaced

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "edgellm/io/mapped_file.hpp"
+#include "edgellm/io/output_path.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -30,11 +31,15 @@ namespace edgellm::io {
 /// that was not committed removes the temporary file, so a failed or abandoned write leaves
 /// `path` as it was.
 ///
-/// The temporary name is `path`.tmp.<pid>.<thread>.<n>, created exclusively (O_EXCL; n counts
-/// up past names in use), so writers in several processes or threads never share one; when
-/// they race on the same `path`, each commit replaces the file whole and the last rename wins.
-/// Errors (errc::io_error) name the file and the OS reason (errno text), prefixed by the
-/// caller's `where`. Move-only; one thread at a time per writer.
+/// The temporary name is `path`.tmp.<pid>.<thread>.<n> (io::temp_stem), created exclusively
+/// (O_EXCL; n counts up past names in use), so writers in several processes or threads never
+/// share one; when they race on the same `path` with replace, each commit replaces the file
+/// whole and the last rename wins. `path` follows io::OutputRule (output_path.hpp): a device,
+/// FIFO, directory or input is refused at create(), temporaries of dead writers beside it are
+/// removed then, and commit() re-checks: without rule.replace nothing that appeared meanwhile
+/// is replaced (the finished file is kept, and the error says where). Errors (errc::io_error)
+/// name the file and the OS reason (errno text), prefixed by the caller's `where`. Move-only;
+/// one thread at a time per writer.
 class AtomicFileWriter {
  public:
   AtomicFileWriter() = default;
@@ -50,14 +55,17 @@ class AtomicFileWriter {
   }
   ~AtomicFileWriter() { abandon(); }
 
-  /// Creates the temporary file for `path` (mode 0666 less the umask, as fopen would).
+  /// Checks `path` (io::check_output_path; rule.kind is taken as file) and creates the
+  /// temporary file for it (mode 0666 less the umask, as fopen would).
   static result<AtomicFileWriter> create(const std::string& path,
-                                         std::string_view where = "AtomicFileWriter");
+                                         std::string_view where = "AtomicFileWriter",
+                                         const OutputRule& rule = {});
 
   /// Appends `bytes` (retrying short writes and EINTR).
   status write(std::span<const std::byte> bytes);
-  /// fsync, close, rename over the target. The writer is then empty; on error the temporary
-  /// file is removed and the target is unchanged.
+  /// fsync, close, rename to the target (io::commit_output). The writer is then empty; on
+  /// error the target is unchanged and the temporary file removed, or kept under the name
+  /// the message gives when the target appeared meanwhile.
   status commit();
 
   const std::string& path() const noexcept { return path_; }
@@ -70,6 +78,7 @@ class AtomicFileWriter {
     std::swap(path_, o.path_);
     std::swap(tmp_, o.tmp_);
     std::swap(where_, o.where_);
+    std::swap(replace_, o.replace_);
   }
   void abandon() noexcept;
   error fail(std::string_view what, int err);
@@ -77,12 +86,14 @@ class AtomicFileWriter {
   int fd_ = -1;
   std::string path_, tmp_;
   std::string where_;  // the caller's name for error messages
+  bool replace_ = true;  // OutputRule::replace
 };
 
 /// Writes `bytes` as the whole content of `path` atomically (AtomicFileWriter).
 inline status write_file_atomic(const std::string& path, std::span<const std::byte> bytes,
-                                std::string_view where = "write_file_atomic") {
-  auto w = AtomicFileWriter::create(path, where);
+                                std::string_view where = "write_file_atomic",
+                                const OutputRule& rule = {}) {
+  auto w = AtomicFileWriter::create(path, where, rule);
   if (!w) return w.error();
   if (auto st = w->write(bytes); !st) return st;
   return w->commit();
@@ -114,12 +125,18 @@ inline status check_replaceable(const std::string& path, std::span<const std::by
 #if EDGELLM_IO_POSIX
 
 inline result<AtomicFileWriter> AtomicFileWriter::create(const std::string& path,
-                                                         std::string_view where) {
+                                                         std::string_view where,
+                                                         const OutputRule& rule) {
+  OutputRule r = rule;
+  r.kind = OutputKind::file;
+  if (auto st = check_output_path(path, r, where); !st) return st.error();
+  remove_stale_temps(path, r);
   AtomicFileWriter w;
   w.path_ = path;
   w.where_ = where;
+  w.replace_ = r.replace;
   const std::string stem =
-      path + ".tmp." + std::to_string(::getpid()) + "." +
+      temp_stem(path) +
       std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) % 1000000) + ".";
   for (unsigned n = 0;; ++n) {
     std::string tmp = stem + std::to_string(n);
@@ -162,9 +179,13 @@ inline status AtomicFileWriter::commit() {
   if (rc != 0) return fail("fsync failed", errno);
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0 && errno != EINTR) return fail("close failed", errno);
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    return fail("cannot rename the temporary file '" + tmp_ + "' over it", err);
+  OutputRule rule;
+  rule.replace = replace_;
+  bool kept = false;
+  if (auto st = commit_output(tmp_, path_, rule, where_, &kept); !st) {
+    if (kept) tmp_.clear();  // the finished file stays where the message says
+    abandon();
+    return st;
   }
   tmp_.clear();
   return {};
@@ -185,7 +206,8 @@ inline void AtomicFileWriter::abandon() noexcept {
 #else  // !EDGELLM_IO_POSIX
 
 inline result<AtomicFileWriter> AtomicFileWriter::create(const std::string& path,
-                                                         std::string_view where) {
+                                                         std::string_view where,
+                                                         const OutputRule&) {
   return make_error(errc::unsupported, where,
                     "'" + path + "': atomic file writes are only implemented for POSIX systems");
 }

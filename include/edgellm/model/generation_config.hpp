@@ -71,7 +71,12 @@ inline result<GenerationConfig> parse_generation_config(const io::json::Value& j
     if (!d) return r.fail_type(key, "a number", *v);
     if (!std::isfinite(*d) || !in_range(*d))
       return r.fail(key, "must be in " + std::string(range) + ", got " + io::json::describe(*v));
-    out = static_cast<float>(*d);
+    // The sampler reads a float: 1e308 would become inf, 0.99999999 would become 1.
+    const auto f = static_cast<float>(*d);
+    if (!std::isfinite(f) || !in_range(static_cast<double>(f)))
+      return r.fail(key, "must be in " + std::string(range) + " as a 32-bit float, got " +
+                             io::json::describe(*v));
+    out = f;
     return {};
   };
   if (auto st = number("temperature", "[0, inf)", [](double x) { return x >= 0.0; },

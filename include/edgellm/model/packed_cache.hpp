@@ -201,9 +201,10 @@ class PackedCacheReader {
 /// nothing is there, or an empty file, or a packed cache built from the same source (stale in
 /// its version or damaged, so rebuilding repairs it). A packed cache of another checkpoint,
 /// config or load options, or any other file, is refused with a message saying so (the caller
-/// adds how to force it); a directory or device is refused always.
+/// adds how to force it); a directory, device or FIFO is refused always (io::OutputRule).
 inline status check_packed_cache_replaceable(const std::string& path, std::uint64_t key) {
   const std::string where = "packed cache " + path;
+  if (auto st = io::check_output_path(path, {}, "packed cache"); !st) return st;
   auto head = io::read_file_head(path, 32, where);
   if (!head) return head.error();
   if (!*head || (*head)->empty()) return {};
@@ -219,7 +220,8 @@ inline status check_packed_cache_replaceable(const std::string& path, std::uint6
 }
 
 /// Writes `matrices` (name, matrix) as a packed cache at `path` atomically (io::AtomicFileWriter),
-/// so readers never see a half-written cache.
+/// so readers never see a half-written cache; a device, FIFO or directory at `path` is refused
+/// and temporaries of killed writers beside it are removed (io/output_path.hpp).
 inline status write_packed_cache(
     const std::string& path, std::uint64_t key,
     std::span<const std::pair<std::string, const kernels::Q4Matrix*>> matrices) {

@@ -185,6 +185,9 @@ struct TransformerWeights {
   std::size_t released_source_bytes = 0;     ///< mapped bytes dropped after conversion
   std::optional<io::MappedFile> packed_cache_file;  ///< the packed cache the int4 views map
   std::string packed_cache_note;  ///< what happened with options.packed_cache (empty: unused)
+  /// The packed cache was neither used nor written (a file not ours left alone, a failed
+  /// write): packed_cache_note is then a warning, which a quiet application still shows.
+  bool packed_cache_failed = false;
   /// The owned int4 matrices, end to end in the order a decode step reads them (the int4 Linear
   /// members view it; LoadOptions::int4_arena_min_bytes). Empty when they are views of a mapped
   /// packed cache, fewer bytes than that threshold, or could not be gathered.
@@ -737,12 +740,18 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
       ld.use_packed_cache(&*packed);
     } else if (auto mine = ask_before_replacing
                                ? detail::check_packed_cache_replaceable(packed_path, packed_key)
-                               : status{};
+                               : io::check_output_path(packed_path, {}, "packed cache");
                !mine) {
       packed_writable = false;
+      w->packed_cache_failed = true;
+      // Forcing helps only where a regular file stands (io::OutputRule: never a device, FIFO
+      // or directory); the refusal of those says so itself.
+      const bool force_helps = ask_before_replacing &&
+                               io::check_output_path(packed_path, {}, "packed cache").has_value();
       w->packed_cache_note = mine.error().message +
-                             "; not overwritten (LoadOptions::packed_cache_overwrite, or --force "
-                             "on the command line, replaces it)";
+                             (force_helps ? "; not overwritten (LoadOptions::packed_cache_overwrite"
+                                            ", or --force on the command line, replaces it)"
+                                          : "");
     } else {
       w->packed_cache_note = r.error().message + "; rebuilding it";
     }
@@ -905,6 +914,7 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
       const status st = detail::write_packed_cache(packed_path, packed_key, int4);
       if (!w->packed_cache_note.empty()) w->packed_cache_note += "; ";
       w->packed_cache_note += st ? "wrote " + packed_path : st.error().message;
+      w->packed_cache_failed = !st;
     }
     // Views into the old mapping (a partial hit) stay valid: keep it even after a rewrite.
     // Copies need no mapping.

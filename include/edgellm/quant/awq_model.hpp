@@ -783,15 +783,34 @@ inline result<QuantizeResult> quantize_model_unguarded(const std::string& dir,
 /// checkpoint, a spec the widths do not allow (the group must divide hidden, intermediate and
 /// heads x head_dim), fewer calibration tokens than one block (the message says how many).
 /// Memory that runs out (an fp32 layer, the activations) is an errc::out_of_memory error, not an
-/// exception.
+/// exception, naming `dir` and the layer it happened in.
 inline result<QuantizeResult> quantize_model(const std::string& dir,
                                              std::span<const std::int32_t> calib_tokens,
                                              const QuantizeOptions& opt,
                                              const ProgressFn& progress = {},
                                              const LayerSink& sink = {}) {
-  return edgellm::detail::guard_exceptions("quantize_model", [&] {
-    return detail::quantize_model_unguarded(dir, calib_tokens, opt, progress, sink);
+  std::size_t done = 0, layers = 0;  // the layers finished: the message names the next one
+  const ProgressFn track = [&](const LayerProgress& p) {
+    done = p.layer;
+    layers = p.layers;
+    if (progress) progress(p);
+  };
+  auto r = edgellm::detail::guard_exceptions("quantize_model", [&] {
+    return detail::quantize_model_unguarded(dir, calib_tokens, opt, track, sink);
   });
+  if (!r && r.error().code == errc::out_of_memory &&
+      r.error().message.find(dir) == std::string::npos) {
+    const std::string stage = layers == 0 && done == 0
+                                  ? "the calibration activations or layer 1"
+                                  : done < layers ? "layer " + std::to_string(done + 1) + " of " +
+                                                        std::to_string(layers)
+                                                  : "the tensors after the last layer";
+    error e = r.error();
+    e.message += " (quantising " + dir + ", " + stage +
+                 ": an fp32 layer and the activations of --samples x --seqlen tokens)";
+    return e;
+  }
+  return r;
 }
 
 }  // namespace edgellm::quant

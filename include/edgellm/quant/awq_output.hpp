@@ -6,6 +6,8 @@
 // tokenizer and generation files copied. The directory is built under a temporary name beside
 // the target and renamed at the end, and model.safetensors is streamed layer by layer
 // (io/safetensors_write.hpp), so a failed run never leaves an output that looks complete.
+// Every output carries the marker file kQuantizeMarker; the output path follows io::OutputRule
+// (io/output_path.hpp): only a directory with the marker is ever replaced, and only with force.
 //
 // Mixed precision (QuantizeOptions::modules_bits): linears kept at 16 bits are written as fp16
 // `weight` and listed in modules_to_not_convert (AutoAWQ's own convention). Linears at 8 bits
@@ -31,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,13 +46,45 @@
 
 namespace edgellm::quant {
 
+/// The file in every output directory of write_quantized_model: a directory without it is never
+/// replaced, even with force (it is not ours), and stale temporaries are recognised by it.
+inline constexpr std::string_view kQuantizeMarker = ".edgellm-quantize";
+
 /// Options of write_quantized_model.
 struct OutputOptions {
   /// Write every linear dequantised to fp16 (any bit width); else AutoAWQ gemm (4 bits only).
   bool fake_quant = false;
-  /// Replace an existing output directory (else it is refused).
+  /// Replace an existing output directory of ours (carrying kQuantizeMarker); else refused.
   bool force = false;
+  /// Other paths the caller read (the calibration text): the output may not be one of them or
+  /// contain one (the model directory is always checked).
+  std::vector<std::string> inputs;
+  /// Called with the temporary directory's path just before it is made (a tool registers it
+  /// for removal on SIGINT / SIGTERM: tools/cleanup.hpp), and with "" once it is renamed.
+  std::function<void(const std::string&)> on_temp;
 };
+
+/// The rule for write_quantized_model's output (io::OutputRule); `inputs` must outlive it.
+inline io::OutputRule quantize_output_rule(std::span<const std::string> inputs, bool force) {
+  io::OutputRule r;
+  r.kind = io::OutputKind::directory;
+  r.replace = force;
+  r.marker = kQuantizeMarker;
+  r.replace_hint = "--force / OutputOptions::force";
+  r.inputs = inputs;
+  return r;
+}
+
+/// Whether `out_dir` may receive the output of quantising `model_dir` (io::check_output_path
+/// under quantize_output_rule): write_quantized_model's first check, for a tool to make before
+/// its slow steps. Errors name out_dir and what is there.
+inline status check_quantize_output(const std::string& model_dir, const std::string& out_dir,
+                                    const OutputOptions& out_opt = {}) {
+  std::vector<std::string> inputs = out_opt.inputs;
+  inputs.push_back(model_dir);
+  return io::check_output_path(out_dir, quantize_output_rule(inputs, out_opt.force),
+                               "write_quantized_model");
+}
 
 namespace detail {
 
@@ -208,9 +243,11 @@ struct TempDirGuard {
 }  // namespace detail
 
 /// Quantises `model_dir` (quantize_model) and writes the result to `out_dir` (see the file
-/// comment). Errors: an existing out_dir without force, bits other than 4 without fake_quant,
-/// widths that are not multiples of 8 (gemm), quantize_model's, and I/O errors naming the
-/// file; on any error the output directory is left as it was (absent, or the old one).
+/// comment). Errors: an out_dir check_quantize_output refuses (an existing one without force),
+/// bits other than 4 without fake_quant, widths that are not multiples of 8 (gemm),
+/// quantize_model's, and I/O errors naming the file; on any error the output directory is left
+/// as it was (absent, or the old one). If something appears at out_dir during the run, it is
+/// left alone and the error names where the finished output was kept (io::commit_output).
 inline result<QuantizeResult> write_quantized_model(const std::string& model_dir,
                                                     const std::string& out_dir,
                                                     std::span<const std::int32_t> calib_tokens,
@@ -220,14 +257,10 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
   namespace fs = std::filesystem;
   constexpr std::string_view where = "write_quantized_model";
   std::error_code ec;
-  const fs::path out(out_dir);
-  if (fs::exists(fs::symlink_status(out, ec)) && !out_opt.force)
-    return make_error(
-        errc::io_error, where,
-        "'" + out_dir + "' exists; not overwritten (pass --force / force to replace it)");
-  if (fs::equivalent(fs::path(model_dir), out, ec))
-    return make_error(errc::invalid_argument, where,
-                      "'" + out_dir + "' is the input model directory");
+  std::vector<std::string> inputs = out_opt.inputs;
+  inputs.push_back(model_dir);
+  const io::OutputRule rule = quantize_output_rule(inputs, out_opt.force);
+  if (auto st = io::check_output_path(out_dir, rule, where); !st) return st.error();
   auto cfg = model::load_model_config(model_dir);
   if (!cfg) return cfg.error();
   const model::ModelConfig& c = *cfg;
@@ -261,20 +294,28 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
   auto ckpt = io::Checkpoint::open(model_dir);
   if (!ckpt) return ckpt.error();
 
-  // The temporary directory beside the target.
-  fs::path tmp = out;
-  tmp += ".tmp." + std::to_string(
-#if EDGELLM_IO_POSIX
-                       static_cast<long>(::getpid())
-#else
-                       0L
-#endif
-                   );
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directories(tmp, ec) || ec)
-    return make_error(errc::io_error, where,
-                      "cannot create '" + tmp.string() + "': " + ec.message());
+  // The temporary directory beside the target (io::temp_stem + n), marked as ours first.
+  io::remove_stale_temps(out_dir, rule);
+  fs::path tmp;
+  for (unsigned n = 0;; ++n) {
+    tmp = io::temp_stem(out_dir) + std::to_string(n);
+    // Registered before it exists: a name with our pid is ours whether made yet or not.
+    if (out_opt.on_temp) out_opt.on_temp(tmp.string());
+    if (fs::create_directory(tmp, ec)) break;
+    if ((ec && ec != std::errc::file_exists) || n == 1000)
+      return make_error(errc::io_error, where,
+                        "cannot create '" + tmp.string() + "': " +
+                            (ec ? ec.message() : std::string("exists")));
+  }
   detail::TempDirGuard guard{tmp};
+  if (auto st = io::write_file_atomic(
+          (tmp / std::string(kQuantizeMarker)).string(),
+          std::as_bytes(std::span(std::string_view(
+              "written by edgellm-quantize: with --force, a later run may replace this "
+              "directory\n"))),
+          where);
+      !st)
+    return st.error();
 
   std::vector<io::TensorDecl> decls;
   for (std::size_t li = 0; li < c.num_hidden_layers; ++li)
@@ -328,18 +369,13 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
   if (ec)
     return make_error(errc::io_error, where, "cannot list '" + model_dir + "': " + ec.message());
 
-  // Into place: the old output (with force) goes only once the new one is complete.
-  if (fs::exists(fs::symlink_status(out, ec))) {
-    fs::remove_all(out, ec);
-    if (ec)
-      return make_error(errc::io_error, where,
-                        "cannot remove the old '" + out_dir + "': " + ec.message());
-  }
-  fs::rename(tmp, out, ec);
-  if (ec)
-    return make_error(errc::io_error, where,
-                      "cannot rename '" + tmp.string() + "' to '" + out_dir + "': " + ec.message());
-  guard.path.clear();
+  // Into place: the old output (with force) goes only once the new one is complete, and
+  // nothing that appeared at out_dir meanwhile is replaced.
+  bool kept = false;
+  const status moved = io::commit_output(tmp.string(), out_dir, rule, where, &kept);
+  if (moved || kept) guard.path.clear();
+  if (out_opt.on_temp) out_opt.on_temp("");
+  if (!moved) return moved.error();
   return res;
 }
 
