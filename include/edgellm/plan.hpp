@@ -27,6 +27,7 @@
 #include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config_json.hpp"
+#include "edgellm/model/layer_layout.hpp"
 #include "edgellm/model/packed_cache.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"
@@ -246,7 +247,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   };
   const bool ref = load.fp32_reference;
   const std::size_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const std::size_t qd = c.q_dim(), kvd = c.kv_dim();
+  const std::size_t qd = c.q_dim();
   std::size_t rtn = 0;
   if (!c.awq && !ref) {
     rtn = load.rtn_group_size ? load.rtn_group_size
@@ -325,21 +326,15 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   owned(H * sizeof(float));  // model.norm.weight
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string pre = "model.layers." + std::to_string(i) + ".";
-    owned(2 * H * sizeof(float));  // input / post_attention layernorms
-    if (c.attention_qk_norm) owned(2 * c.head_dim * sizeof(float));  // q_norm / k_norm
+    for (const model::LayerNorm& n : model::kLayerNorms)
+      if (n.present(c)) owned(n.size(c) * sizeof(float));
     struct Spec {
       std::string_view module;
       std::size_t n, k;
       bool bias;
     };
-    const Spec specs[] = {{"self_attn.q_proj", qd, H, c.attention_qkv_bias},
-                          {"self_attn.k_proj", kvd, H, c.attention_qkv_bias},
-                          {"self_attn.v_proj", kvd, H, c.attention_qkv_bias},
-                          {"self_attn.o_proj", H, qd, c.attention_out_bias},
-                          {"mlp.gate_proj", I, H, c.mlp_bias},
-                          {"mlp.up_proj", I, H, c.mlp_bias},
-                          {"mlp.down_proj", H, I, c.mlp_bias}};
-    for (const Spec& s : specs) {
+    for (const model::LayerLinear& row : model::kLayerLinears) {
+      const Spec s{row.name, row.n(c), row.k(c), row.has_bias(c)};
       const std::string name = pre + std::string(s.module);
       const bool awq_module = c.awq && c.awq->is_quantized(s.module);
       if (c.awq && c.awq->is_int8(s.module)) {

@@ -13,6 +13,7 @@
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/model/config.hpp"
+#include "edgellm/model/layer_layout.hpp"
 #include "edgellm/model/logits_mode.hpp"
 #include "edgellm/model/weights.hpp"
 #include "edgellm/result.hpp"
@@ -364,9 +365,8 @@ class Transformer {
 
   // A layer's weights as the backend holds them.
   struct LayerHandles {
-    Vector input_layernorm, post_attention_layernorm;
-    Vector q_norm, k_norm;  // [head_dim]; empty unless attention_qk_norm
-    Matrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+    std::array<Vector, kLayerNorms.size()> norms;      // kLayerNorms' order; absent ones empty
+    std::array<Matrix, kLayerLinears.size()> linears;  // kLayerLinears' order
   };
 
   Transformer(std::shared_ptr<const TransformerWeights> w, const TransformerOptions& o, Cache c,
@@ -409,18 +409,11 @@ class Transformer {
     for (std::size_t l = 0; l < w.layers.size(); ++l) {
       const LayerWeights& L = w.layers[l];
       LayerHandles& h = layers_[l];
-      if (auto st = vector(h.input_layernorm, L.input_layernorm); !st) return st;
-      if (auto st = vector(h.post_attention_layernorm, L.post_attention_layernorm); !st) return st;
-      if (c.attention_qk_norm) {
-        if (auto st = vector(h.q_norm, L.q_norm); !st) return st;
-        if (auto st = vector(h.k_norm, L.k_norm); !st) return st;
-      }
-      for (auto [out, lin] : {std::pair{&h.q_proj, &L.q_proj}, std::pair{&h.k_proj, &L.k_proj},
-                              std::pair{&h.v_proj, &L.v_proj}, std::pair{&h.o_proj, &L.o_proj},
-                              std::pair{&h.gate_proj, &L.gate_proj},
-                              std::pair{&h.up_proj, &L.up_proj},
-                              std::pair{&h.down_proj, &L.down_proj}})
-        if (auto st = matrix(*out, *lin); !st) return st;
+      for (std::size_t i = 0; i < kLayerNorms.size(); ++i)
+        if (kLayerNorms[i].present(c))
+          if (auto st = vector(h.norms[i], L.*kLayerNorms[i].member); !st) return st;
+      for (std::size_t i = 0; i < kLayerLinears.size(); ++i)
+        if (auto st = matrix(h.linears[i], L.*kLayerLinears[i].member); !st) return st;
     }
     return {};
   }
@@ -472,12 +465,10 @@ class Transformer {
     u64(static_cast<std::uint64_t>(path));
     floats(w.norm.data(), w.norm.size());
     for (const LayerWeights& l : w.layers) {
-      floats(l.input_layernorm.data(), l.input_layernorm.size());
-      floats(l.post_attention_layernorm.data(), l.post_attention_layernorm.size());
-      if (c.attention_qk_norm) {  // only then, so that other models' fingerprints stay as they were
-        floats(l.q_norm.data(), l.q_norm.size());
-        floats(l.k_norm.data(), l.k_norm.size());
-      }
+      // Absent norms (q/k_norm without attention_qk_norm) add nothing, so that other models'
+      // fingerprints stay as they were.
+      for (const LayerNorm& n : kLayerNorms)
+        if (n.present(c)) floats((l.*n.member).data(), (l.*n.member).size());
       floats(l.k_proj.bias.data(), l.k_proj.bias.size());
       floats(l.v_proj.bias.data(), l.v_proj.bias.size());
     }
@@ -511,25 +502,28 @@ class Transformer {
     if (auto st = b.begin(p0, T); !st) return st;
     if (auto st = b.embed(embed_tokens_, ids, x_); !st) return st;
     for (std::size_t l = 0; l < layers_.size(); ++l) {
-      const LayerHandles& L = layers_[l];
-      b.rms_norm(x_, L.input_layernorm, xn_, 0, T);
-      const Target qkv[] = {{L.q_proj, q_}, {L.k_proj, k_}, {L.v_proj, v_}};
+      const auto& N = layers_[l].norms;
+      const auto& W = layers_[l].linears;
+      namespace li = linear_index;
+      namespace ni = norm_index;
+      b.rms_norm(x_, N[ni::input_layernorm], xn_, 0, T);
+      const Target qkv[] = {{W[li::q_proj], q_}, {W[li::k_proj], k_}, {W[li::v_proj], v_}};
       if (auto st = b.linear_group(std::span<const Target>(qkv), xn_, T); !st) return st;
       if (weights_->config.attention_qk_norm) {
-        b.head_rms_norm(q_, L.q_norm, T);
-        b.head_rms_norm(k_, L.k_norm, T);
+        b.head_rms_norm(q_, N[ni::q_norm], T);
+        b.head_rms_norm(k_, N[ni::k_norm], T);
       }
       b.rope(q_, T);
       b.rope(k_, T);
       if (auto st = b.attention(cache_, l, p0, T, q_, k_, v_, attn_); !st) return st;
-      if (auto st = b.linear(L.o_proj, attn_, tmp_, T); !st) return st;
+      if (auto st = b.linear(W[li::o_proj], attn_, tmp_, T); !st) return st;
       b.add(x_, tmp_, T);
 
-      b.rms_norm(x_, L.post_attention_layernorm, xn_, 0, T);
-      const Target gate_up[] = {{L.gate_proj, gate_}, {L.up_proj, up_}};
+      b.rms_norm(x_, N[ni::post_attention_layernorm], xn_, 0, T);
+      const Target gate_up[] = {{W[li::gate_proj], gate_}, {W[li::up_proj], up_}};
       if (auto st = b.linear_group(std::span<const Target>(gate_up), xn_, T); !st) return st;
       b.silu_mul(gate_, up_, T);
-      if (auto st = b.linear(L.down_proj, gate_, tmp_, T); !st) return st;
+      if (auto st = b.linear(W[li::down_proj], gate_, tmp_, T); !st) return st;
       b.add(x_, tmp_, T);
     }
     if (rows > 0) {

@@ -16,6 +16,7 @@
 #include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config_json.hpp"
+#include "edgellm/model/layer_layout.hpp"
 #include "edgellm/model/lm_head_format.hpp"
 #include "edgellm/model/packed_cache.hpp"
 #include "edgellm/result.hpp"
@@ -150,24 +151,6 @@ inline result<DenseMatrix> dense_matrix_copy(const io::TensorView& t) {
                               t.name());
 }
 
-/// The weights of one decoder layer (names as in the HF state dict, without the prefix).
-struct LayerWeights {
-  std::vector<float> input_layernorm;           ///< [hidden]
-  std::vector<float> post_attention_layernorm;  ///< [hidden]
-  /// self_attn.q_norm / k_norm, [head_dim] each; empty unless config.attention_qk_norm.
-  std::vector<float> q_norm, k_norm;
-  Linear q_proj, k_proj, v_proj, o_proj;        ///< self_attn.*
-  Linear gate_proj, up_proj, down_proj;         ///< mlp.*
-
-  /// The seven linears in the order a decode step reads them: q, k, v, o, gate, up, down.
-  std::array<Linear*, 7> linears() noexcept {
-    return {&q_proj, &k_proj, &v_proj, &o_proj, &gate_proj, &up_proj, &down_proj};
-  }
-  std::array<const Linear*, 7> linears() const noexcept {
-    return {&q_proj, &k_proj, &v_proj, &o_proj, &gate_proj, &up_proj, &down_proj};
-  }
-};
-
 /// Everything a transformer needs, loaded by load_weights(). Immutable once loaded: share one
 /// object (std::shared_ptr<const TransformerWeights>) between any number of Transformers and
 /// threads. Views into the mapped checkpoint (embeddings, an as-stored lm_head, dense
@@ -215,9 +198,7 @@ struct TransformerWeights {
   std::size_t owned_bytes() const noexcept {
     std::size_t b = embed_tokens.owned_bytes() + lm_head.owned_bytes() + norm.size() * 4;
     for (const LayerWeights& l : layers) {
-      b += (l.input_layernorm.size() + l.post_attention_layernorm.size() + l.q_norm.size() +
-            l.k_norm.size()) *
-           4;
+      for (const LayerNorm& n : kLayerNorms) b += (l.*n.member).size() * 4;
       for (const Linear* p : l.linears())
         b += p->owned_bytes();
     }
@@ -605,20 +586,13 @@ inline std::size_t largest_group_dividing(std::initializer_list<std::size_t> ks)
 inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const ModelConfig& c) {
   std::vector<std::string> used = {"model.embed_tokens.weight", "model.norm.weight",
                                    "lm_head.weight"};
-  const std::pair<std::string_view, bool> linears[] = {
-      {"self_attn.q_proj", c.attention_qkv_bias}, {"self_attn.k_proj", c.attention_qkv_bias},
-      {"self_attn.v_proj", c.attention_qkv_bias}, {"self_attn.o_proj", c.attention_out_bias},
-      {"mlp.gate_proj", c.mlp_bias},              {"mlp.up_proj", c.mlp_bias},
-      {"mlp.down_proj", c.mlp_bias}};
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string pre = "model.layers." + std::to_string(i) + ".";
-    used.push_back(pre + "input_layernorm.weight");
-    used.push_back(pre + "post_attention_layernorm.weight");
-    if (c.attention_qk_norm) {
-      used.push_back(pre + "self_attn.q_norm.weight");
-      used.push_back(pre + "self_attn.k_norm.weight");
-    }
-    for (const auto& [module, bias] : linears) {
+    for (const LayerNorm& n : kLayerNorms)
+      if (n.present(c)) used.push_back(pre + std::string(n.name) + ".weight");
+    for (const LayerLinear& l : kLayerLinears) {
+      const std::string_view module = l.name;
+      const bool bias = l.has_bias(c);
       const std::string m = pre + std::string(module);
       if (c.awq && c.awq->is_int8(module)) {
         for (const char* part : {".qweight", ".scales"}) used.push_back(m + part);
@@ -675,7 +649,6 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   w->options.progress = nullptr;  // it may point to the caller's stack
   const std::size_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const std::size_t q_dim = c.num_attention_heads * c.head_dim;
-  const std::size_t kv_dim = c.num_key_value_heads * c.head_dim;
 
   if (c.awq && !kernels::is_supported_group_size(c.awq->group_size)) {
     return make_error(errc::unsupported, where,
@@ -756,7 +729,6 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
       w->packed_cache_note = r.error().message + "; rebuilding it";
     }
   }
-  const std::string_view hidden_why = "hidden_size";
   const std::string vec_why = "[hidden_size]";
   {
     auto e = ld.dense_view("model.embed_tokens.weight", V, H, "[vocab_size, hidden_size]");
@@ -778,9 +750,10 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   std::vector<std::pair<std::string, const kernels::Q4Matrix*>> int4;
   const bool q4_head = options.lm_head == LmHeadFormat::q4 && !options.fp32_reference;
   const bool q8_head = options.lm_head == LmHeadFormat::int8 && !options.fp32_reference;
-  const std::uint64_t progress_total =
-      std::uint64_t{c.num_hidden_layers} * (2 * q_dim * H + 2 * kv_dim * H + 3 * I * H) +
-      (q4_head || q8_head ? std::uint64_t{V} * H : 0);
+  std::uint64_t layer_elements = 0;
+  for (const LayerLinear& s : kLayerLinears) layer_elements += std::uint64_t{s.n(c)} * s.k(c);
+  const std::uint64_t progress_total = std::uint64_t{c.num_hidden_layers} * layer_elements +
+                                       (q4_head || q8_head ? std::uint64_t{V} * H : 0);
   const std::string_view stage = options.fp32_reference ? "loading fp32 reference"
                                  : packed                ? "reading packed cache"
                                  : c.awq                 ? "repacking int4"
@@ -794,45 +767,22 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& L = w->layers[i];
     const std::string pre = "model.layers." + std::to_string(i) + ".";
-    auto n1 = ld.vector_f32(pre + "input_layernorm.weight", H, vec_why);
-    if (!n1) return n1.error();
-    L.input_layernorm = std::move(*n1);
-    auto n2 = ld.vector_f32(pre + "post_attention_layernorm.weight", H, vec_why);
-    if (!n2) return n2.error();
-    L.post_attention_layernorm = std::move(*n2);
-    if (c.attention_qk_norm) {
-      auto qn = ld.vector_f32(pre + "self_attn.q_norm.weight", c.head_dim, "[head_dim]");
-      if (!qn) return qn.error();
-      L.q_norm = std::move(*qn);
-      auto kn = ld.vector_f32(pre + "self_attn.k_norm.weight", c.head_dim, "[head_dim]");
-      if (!kn) return kn.error();
-      L.k_norm = std::move(*kn);
+    for (const LayerNorm& n : kLayerNorms) {
+      if (!n.present(c)) continue;
+      auto v = ld.vector_f32(pre + std::string(n.name) + ".weight", n.size(c),
+                             "[" + std::string(dim_name(n.dim)) + "]");
+      if (!v) return v.error();
+      L.*n.member = std::move(*v);
     }
-
-    struct Spec {
-      Linear* out;
-      std::string_view module;
-      std::size_t n, k;
-      std::string_view n_why, k_why;
-      bool bias;
-    };
-    const std::string_view q_why = "num_attention_heads * head_dim";
-    const std::string_view kv_why = "num_key_value_heads * head_dim";
-    const Spec specs[] = {
-        {&L.q_proj, "self_attn.q_proj", q_dim, H, q_why, hidden_why, c.attention_qkv_bias},
-        {&L.k_proj, "self_attn.k_proj", kv_dim, H, kv_why, hidden_why, c.attention_qkv_bias},
-        {&L.v_proj, "self_attn.v_proj", kv_dim, H, kv_why, hidden_why, c.attention_qkv_bias},
-        {&L.o_proj, "self_attn.o_proj", H, q_dim, hidden_why, q_why, c.attention_out_bias},
-        {&L.gate_proj, "mlp.gate_proj", I, H, "intermediate_size", hidden_why, c.mlp_bias},
-        {&L.up_proj, "mlp.up_proj", I, H, "intermediate_size", hidden_why, c.mlp_bias},
-        {&L.down_proj, "mlp.down_proj", H, I, hidden_why, "intermediate_size", c.mlp_bias},
-    };
-    for (const Spec& s : specs) {
-      auto lin = ld.linear(i, s.module, s.n, s.k, s.n_why, s.k_why, s.bias, w->rtn_group_size);
+    for (const LayerLinear& s : kLayerLinears) {
+      const std::size_t n = s.n(c), k = s.k(c);
+      auto lin = ld.linear(i, s.name, n, k, dim_name(s.out), dim_name(s.in), s.has_bias(c),
+                           w->rtn_group_size);
       if (!lin) return lin.error();
-      *s.out = std::move(*lin);
-      if (s.out->int4()) int4.emplace_back(pre + std::string(s.module), &s.out->q4);
-      advance(std::uint64_t{s.n} * s.k);
+      Linear& out = L.*s.member;
+      out = std::move(*lin);
+      if (out.int4()) int4.emplace_back(pre + std::string(s.name), &out.q4);
+      advance(std::uint64_t{n} * k);
     }
   }
 

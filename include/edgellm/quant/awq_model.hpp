@@ -22,6 +22,7 @@
 #include "edgellm/kernels/quantize.hpp"
 #include "edgellm/model/config.hpp"
 #include "edgellm/model/config_json.hpp"
+#include "edgellm/model/layer_layout.hpp"
 #include "edgellm/quant/awq_search.hpp"
 #include "edgellm/quant/compensated_rounding.hpp"
 #include "edgellm/result.hpp"
@@ -173,33 +174,36 @@ inline void linear(std::span<const float> w, std::size_t n, std::size_t k,
 /// A layer's weights in fp32 (the original ones until folded).
 struct LayerF32 {
   std::vector<float> input_norm, post_norm, q_norm, k_norm;
-  std::vector<float> w[7];  // q, k, v, o, gate, up, down: [n][k]
+  std::vector<float> w[7];  // model::kLayerLinears' order (q, k, v, o, gate, up, down): [n][k]
   std::vector<float> b[7];  // biases or empty
   std::size_t n[7] = {}, k[7] = {};
 };
-inline constexpr const char* kLinearNames[7] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+using model::kLayerLinears;
+using model::kLayerNorms;
 
-/// Which captured input each linear (kLinearNames' order) reads: 0 the input norm's output (q, k,
+/// Which captured input linear i (kLayerLinears' order) reads: 0 the input norm's output (q, k,
 /// v), 1 the attention output (o), 2 the post-attention norm's output (gate, up), 3 SiLU(gate) *
-/// up (down).
-inline constexpr int kInputOf[7] = {0, 0, 0, 1, 2, 2, 3};
+/// up (down); model::LinearInput in that order.
+inline std::size_t input_of(std::size_t i) noexcept {
+  return static_cast<std::size_t>(kLayerLinears[i].input);
+}
 
-/// The grid of each of a layer's seven linears (kLinearNames' order): opt.spec, or the bits of
+/// The grid of each of a layer's seven linears (kLayerLinears' order): opt.spec, or the bits of
 /// the first modules_bits entry the name contains; 8 bits symmetric.
 inline result<std::array<QuantSpec, 7>> linear_specs(const QuantSpec& base,
                                                      std::span<const ModuleBits> modules_bits) {
   std::array<QuantSpec, 7> out;
   for (const ModuleBits& mb : modules_bits) {
     bool matched = false;
-    for (const char* l : kLinearNames) matched = matched || std::string_view(l).find(mb.pattern) != std::string_view::npos;
+    std::string names;
+    for (const model::LayerLinear& l : kLayerLinears) {
+      matched = matched || l.name.find(mb.pattern) != std::string_view::npos;
+      names += (names.empty() ? "" : ", ") + std::string(l.name);
+    }
     if (mb.pattern.empty() || !matched)
       return make_error(errc::invalid_argument, "quantize_model",
                         "modules_bits: pattern '" + mb.pattern +
-                            "' matches none of the linears (self_attn.q_proj, self_attn.k_proj, "
-                            "self_attn.v_proj, self_attn.o_proj, mlp.gate_proj, mlp.up_proj, "
-                            "mlp.down_proj)");
+                            "' matches none of the linears (" + names + ")");
     if ((mb.bits < 2 || mb.bits > 8) && mb.bits != QuantSpec::kKeepBits)
       return make_error(errc::invalid_argument, "quantize_model",
                         "modules_bits: '" + mb.pattern + "=" + std::to_string(mb.bits) +
@@ -208,7 +212,8 @@ inline result<std::array<QuantSpec, 7>> linear_specs(const QuantSpec& base,
   for (int i = 0; i < 7; ++i) {
     QuantSpec s = base;
     for (const ModuleBits& mb : modules_bits) {
-      if (std::string_view(kLinearNames[i]).find(mb.pattern) != std::string_view::npos) {
+      if (kLayerLinears[static_cast<std::size_t>(i)].name.find(mb.pattern) !=
+          std::string_view::npos) {
         s.bits = mb.bits;
         break;
       }
@@ -219,55 +224,56 @@ inline result<std::array<QuantSpec, 7>> linear_specs(const QuantSpec& base,
   return out;
 }
 
-/// The shapes of a layer's seven linears (in kLinearNames' order) and which have a bias: what
+/// The shapes of a layer's seven linears (in kLayerLinears' order) and which have a bias: what
 /// the loader reads and the writer declares.
 struct LinearShapes {
   std::size_t n[7] = {}, k[7] = {};  // W [n][k]
   bool bias[7] = {};
 };
 inline LinearShapes linear_shapes(const model::ModelConfig& c) {
-  const std::size_t h = c.hidden_size, I = c.intermediate_size;
-  LinearShapes s{{c.q_dim(), c.kv_dim(), c.kv_dim(), h, I, I, h},
-                 {h, h, h, c.q_dim(), h, h, I},
-                 {c.attention_qkv_bias, c.attention_qkv_bias, c.attention_qkv_bias,
-                  c.attention_out_bias, c.mlp_bias, c.mlp_bias, c.mlp_bias}};
+  LinearShapes s;
+  for (std::size_t i = 0; i < kLayerLinears.size(); ++i) {
+    s.n[i] = kLayerLinears[i].n(c);
+    s.k[i] = kLayerLinears[i].k(c);
+    s.bias[i] = kLayerLinears[i].has_bias(c);
+  }
   return s;
 }
+
+/// LayerF32's norms in kLayerNorms' order.
+inline std::array<std::vector<float>*, 4> norms_of(LayerF32& L) noexcept {
+  return {&L.input_norm, &L.post_norm, &L.q_norm, &L.k_norm};
+}
+static_assert(kLayerNorms.size() == 4);
 
 inline result<LayerF32> load_layer(const io::Checkpoint& ckpt, const model::ModelConfig& c,
                                    std::size_t layer) {
   LayerF32 L;
   const std::string pre = "model.layers." + std::to_string(layer) + ".";
-  const std::size_t h = c.hidden_size;
   const LinearShapes shapes = linear_shapes(c);
   const std::size_t* ns = shapes.n;
   const std::size_t* ks = shapes.k;
   const bool* has_bias = shapes.bias;
-  for (int i = 0; i < 7; ++i) {
+  for (std::size_t i = 0; i < kLayerLinears.size(); ++i) {
+    const std::string name = pre + std::string(kLayerLinears[i].name);
     L.n[i] = ns[i];
     L.k[i] = ks[i];
-    auto w = read_f32(ckpt, pre + kLinearNames[i] + ".weight", ns[i] * ks[i]);
+    auto w = read_f32(ckpt, name + ".weight", ns[i] * ks[i]);
     if (!w) return w.error();
     L.w[i] = std::move(*w);
     if (has_bias[i]) {
-      auto b = read_f32(ckpt, pre + kLinearNames[i] + ".bias", ns[i]);
+      auto b = read_f32(ckpt, name + ".bias", ns[i]);
       if (!b) return b.error();
       L.b[i] = std::move(*b);
     }
   }
-  auto in = read_f32(ckpt, pre + "input_layernorm.weight", h);
-  if (!in) return in.error();
-  L.input_norm = std::move(*in);
-  auto post = read_f32(ckpt, pre + "post_attention_layernorm.weight", h);
-  if (!post) return post.error();
-  L.post_norm = std::move(*post);
-  if (c.attention_qk_norm) {
-    auto qn = read_f32(ckpt, pre + "self_attn.q_norm.weight", c.head_dim);
-    if (!qn) return qn.error();
-    auto kn = read_f32(ckpt, pre + "self_attn.k_norm.weight", c.head_dim);
-    if (!kn) return kn.error();
-    L.q_norm = std::move(*qn);
-    L.k_norm = std::move(*kn);
+  const auto norms = norms_of(L);
+  for (std::size_t i = 0; i < kLayerNorms.size(); ++i) {
+    if (!kLayerNorms[i].present(c)) continue;
+    auto v = read_f32(ckpt, pre + std::string(kLayerNorms[i].name) + ".weight",
+                      kLayerNorms[i].size(c));
+    if (!v) return v.error();
+    *norms[i] = std::move(*v);
   }
   return L;
 }
@@ -720,7 +726,7 @@ inline result<QuantizeResult> quantize_model_unguarded(const std::string& dir,
     out.k_norm = std::move(W.k_norm);
     for (int i = 0; i < 7; ++i) {
       QuantLinear ql;
-      ql.name = detail::kLinearNames[i];
+      ql.name = std::string(detail::kLayerLinears[static_cast<std::size_t>(i)].name);
       ql.n = W.n[i];
       ql.k = W.k[i];
       ql.bias = std::move(W.b[i]);
@@ -730,6 +736,7 @@ inline result<QuantizeResult> quantize_model_unguarded(const std::string& dir,
         return e;
       };
       ql.spec = spec[static_cast<std::size_t>(i)];
+      const std::vector<float>& gram = grams[detail::input_of(static_cast<std::size_t>(i))];
       if (ql.spec.bits == 8) {  // symmetric int8: the codes Q8Matrix runs
         auto q = kernels::quantize_q8(W.w[i], W.n[i], W.k[i], ql.spec.group);
         if (!q) return named(q.error());
@@ -740,7 +747,7 @@ inline result<QuantizeResult> quantize_model_unguarded(const std::string& dir,
         auto q = kernels::quantize_rtn(W.w[i], W.n[i], W.k[i], opt.spec.group);
         if (!q) return named(q.error());
         if (compensate)
-          if (auto st = compensate_codes(*q, W.w[i], grams[detail::kInputOf[i]], opt.compensation,
+          if (auto st = compensate_codes(*q, W.w[i], gram, opt.compensation,
                                          pool);
               !st)
             return named(st.error());
@@ -748,7 +755,7 @@ inline result<QuantizeResult> quantize_model_unguarded(const std::string& dir,
         ql.q4 = std::move(*q);
       } else if (compensate && !ql.spec.kept() && !ql.spec.symmetric) {
         if (auto st = compensate_fake_quantize(W.w[i], W.n[i], W.k[i], ql.spec,
-                                               grams[detail::kInputOf[i]], opt.compensation, pool);
+                                               gram, opt.compensation, pool);
             !st)
           return named(st.error());
         ql.weight = std::move(W.w[i]);

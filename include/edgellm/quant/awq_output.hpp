@@ -27,6 +27,7 @@
 #include "edgellm/kernels/awq.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/model/config_json.hpp"
+#include "edgellm/model/layer_layout.hpp"
 #include "edgellm/quant/awq_model.hpp"
 #include "edgellm/result.hpp"
 
@@ -34,6 +35,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -107,18 +109,15 @@ inline void declare_layer(std::vector<io::TensorDecl>& out, const model::ModelCo
                           std::size_t li, std::span<const QuantSpec, 7> specs, bool fake) {
   const std::string pre = "model.layers." + std::to_string(li) + ".";
   using io::dtype;
-  out.push_back({pre + "input_layernorm.weight", dtype::f16, {c.hidden_size}});
-  out.push_back({pre + "post_attention_layernorm.weight", dtype::f16, {c.hidden_size}});
-  if (c.attention_qk_norm) {
-    out.push_back({pre + "self_attn.q_norm.weight", dtype::f16, {c.head_dim}});
-    out.push_back({pre + "self_attn.k_norm.weight", dtype::f16, {c.head_dim}});
-  }
+  for (const model::LayerNorm& n : kLayerNorms)
+    if (n.present(c))
+      out.push_back({pre + std::string(n.name) + ".weight", dtype::f16, {n.size(c)}});
   const LinearShapes shapes = linear_shapes(c);
   const std::size_t* ns = shapes.n;
   const std::size_t* ks = shapes.k;
   const bool* bias = shapes.bias;
   for (int i = 0; i < 7; ++i) {
-    const std::string p = pre + kLinearNames[i];
+    const std::string p = pre + std::string(kLayerLinears[static_cast<std::size_t>(i)].name);
     const QuantSpec& spec = specs[static_cast<std::size_t>(i)];
     if (fake || spec.kept()) {
       out.push_back({p + ".weight", dtype::f16, {ns[i], ks[i]}});
@@ -136,14 +135,16 @@ inline void declare_layer(std::vector<io::TensorDecl>& out, const model::ModelCo
 
 inline status write_layer(io::SafetensorsWriter& w, const QuantLayer& layer, bool fake) {
   const std::string pre = "model.layers." + std::to_string(layer.index) + ".";
-  if (auto st = w.write(pre + "input_layernorm.weight", f16_bytes(layer.input_norm)); !st)
-    return st;
-  if (auto st = w.write(pre + "post_attention_layernorm.weight", f16_bytes(layer.post_norm)); !st)
-    return st;
-  if (!layer.q_norm.empty()) {
-    if (auto st = w.write(pre + "self_attn.q_norm.weight", f16_bytes(layer.q_norm)); !st) return st;
-    if (auto st = w.write(pre + "self_attn.k_norm.weight", f16_bytes(layer.k_norm)); !st) return st;
-  }
+  // QuantLayer's norms in kLayerNorms' order; absent ones (q/k_norm but for Qwen3) are empty.
+  const std::vector<float>* norms[] = {&layer.input_norm, &layer.post_norm, &layer.q_norm,
+                                       &layer.k_norm};
+  static_assert(std::size(norms) == kLayerNorms.size());
+  for (std::size_t i = 0; i < kLayerNorms.size(); ++i)
+    if (!norms[i]->empty())
+      if (auto st = w.write(pre + std::string(kLayerNorms[i].name) + ".weight",
+                            f16_bytes(*norms[i]));
+          !st)
+        return st;
   for (const QuantLinear& ql : layer.linears) {
     const std::string p = pre + ql.name;
     if (fake || ql.spec.kept()) {
@@ -179,12 +180,12 @@ inline bool rewritten(std::string_view name, const model::ModelConfig& c) {
   const std::size_t dot = name.find('.', pre.size());
   if (dot == std::string_view::npos) return false;
   const std::string_view rest = name.substr(dot + 1);
-  if (rest == "input_layernorm.weight" || rest == "post_attention_layernorm.weight") return true;
-  if (c.attention_qk_norm &&
-      (rest == "self_attn.q_norm.weight" || rest == "self_attn.k_norm.weight"))
-    return true;
-  for (const char* l : kLinearNames) {
-    const std::string_view lv(l);
+  for (const model::LayerNorm& n : kLayerNorms)
+    if (n.present(c) && rest.substr(0, n.name.size()) == n.name &&
+        rest.substr(n.name.size()) == ".weight")
+      return true;
+  for (const model::LayerLinear& l : kLayerLinears) {
+    const std::string_view lv = l.name;
     if (rest.substr(0, lv.size()) == lv &&
         (rest.substr(lv.size()) == ".weight" || rest.substr(lv.size()) == ".bias"))
       return true;
@@ -219,8 +220,9 @@ inline result<std::string> awq_config_json(const std::string& path, const QuantS
   q.append("version", io::json::Value("gemm"));
   io::json::Array kept, int8;
   for (std::size_t i = 0; i < 7; ++i) {
-    if (specs[i].kept()) kept.push_back(io::json::Value(kLinearNames[i]));
-    if (specs[i].bits == 8) int8.push_back(io::json::Value(kLinearNames[i]));
+    const std::string name(kLayerLinears[i].name);
+    if (specs[i].kept()) kept.push_back(io::json::Value(name));
+    if (specs[i].bits == 8) int8.push_back(io::json::Value(name));
   }
   q.append("modules_to_not_convert",
            kept.empty() ? io::json::Value(nullptr) : io::json::Value(std::move(kept)));
@@ -282,7 +284,7 @@ inline result<QuantizeResult> write_quantized_model(const std::string& model_dir
     for (std::size_t i = 0; i < 7; ++i)
       if (specs[i].bits != 4 && specs[i].bits != 8 && !specs[i].kept())
         return make_error(errc::unsupported, where,
-                          std::string(detail::kLinearNames[i]) + ": " + std::to_string(specs[i].bits) +
+                          std::string(detail::kLayerLinears[i].name) + ": " + std::to_string(specs[i].bits) +
                               " bits has no packed layout (4, 8 and 16 do; use fake_quant / "
                               "--fake-quant)");
     for (const std::size_t n : {c.q_dim(), c.kv_dim(), c.hidden_size, c.intermediate_size})
