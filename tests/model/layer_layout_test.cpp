@@ -50,6 +50,11 @@ TEST_CASE("layer_layout: the linears' names, shapes and biases as HF Llama / Qwe
     CHECK(kLayerLinears[i].k(c) == want[i].k);
     CHECK_FALSE(kLayerLinears[i].has_bias(c));
   }
+  // Messages name the config fields a width comes from.
+  CHECK(kLayerLinears[3].in.name == "num_attention_heads * head_dim");
+  CHECK(kLayerLinears[1].out.name == "num_key_value_heads * head_dim");
+  CHECK(kLayerLinears[6].in.name == "intermediate_size");
+  CHECK(kLayerNorms[2].dim.name == "head_dim");
   c.attention_qkv_bias = true;  // Qwen2
   for (std::size_t i = 0; i < kLayerLinears.size(); ++i)
     CHECK(kLayerLinears[i].has_bias(c) == (i < 3));

@@ -7,6 +7,7 @@
 // new family or format adds rows here rather than code in each of them.
 #pragma once
 
+#include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/linear.hpp"
 #include "edgellm/model/config.hpp"
 
@@ -16,6 +17,12 @@
 #include <vector>
 
 namespace edgellm::model {
+
+// The weight formats live in kernels/ (backends run them); these names stay for users.
+using kernels::DenseMatrix;
+using kernels::DenseType;
+using kernels::Linear;
+using kernels::to_string;
 
 /// The weights of one decoder layer (names as in the HF state dict, without the prefix).
 struct LayerWeights {
@@ -29,49 +36,32 @@ struct LayerWeights {
   /// The seven linears in the order a decode step reads them (kLayerLinears' order).
   std::array<kernels::Linear*, 7> linears() noexcept;
   std::array<const kernels::Linear*, 7> linears() const noexcept;
+
+ private:
+  template <class Self>  // LayerWeights or const LayerWeights
+  static auto linears_of(Self& self) noexcept;
 };
 
-/// A width of a layer's tensors, read from config.json.
-enum class LayerDim {
-  hidden,        ///< hidden_size
-  intermediate,  ///< intermediate_size
-  q,             ///< num_attention_heads * head_dim
-  kv,            ///< num_key_value_heads * head_dim
-  head,          ///< head_dim
+/// A width of a layer's tensors: the config.json field(s) it comes from, as messages name
+/// them, and its value for a config.
+struct LayerDim {
+  std::string_view name;
+  std::size_t (*of)(const ModelConfig&) noexcept;
 };
 
-constexpr std::size_t dim_of(LayerDim d, const ModelConfig& c) noexcept {
-  switch (d) {
-    case LayerDim::hidden:
-      return c.hidden_size;
-    case LayerDim::intermediate:
-      return c.intermediate_size;
-    case LayerDim::q:
-      return c.num_attention_heads * c.head_dim;
-    case LayerDim::kv:
-      return c.num_key_value_heads * c.head_dim;
-    case LayerDim::head:
-      return c.head_dim;
-  }
-  return 0;
-}
-
-/// The config.json field(s) a width comes from, as messages name it.
-constexpr std::string_view dim_name(LayerDim d) noexcept {
-  switch (d) {
-    case LayerDim::hidden:
-      return "hidden_size";
-    case LayerDim::intermediate:
-      return "intermediate_size";
-    case LayerDim::q:
-      return "num_attention_heads * head_dim";
-    case LayerDim::kv:
-      return "num_key_value_heads * head_dim";
-    case LayerDim::head:
-      return "head_dim";
-  }
-  return "";
-}
+/// The widths a layer's tensors have.
+namespace layer_dim {
+inline constexpr LayerDim hidden{"hidden_size",
+                                 [](const ModelConfig& c) noexcept { return c.hidden_size; }};
+inline constexpr LayerDim intermediate{
+    "intermediate_size", [](const ModelConfig& c) noexcept { return c.intermediate_size; }};
+inline constexpr LayerDim q{"num_attention_heads * head_dim",
+                            [](const ModelConfig& c) noexcept { return c.q_dim(); }};
+inline constexpr LayerDim kv{"num_key_value_heads * head_dim",
+                             [](const ModelConfig& c) noexcept { return c.kv_dim(); }};
+inline constexpr LayerDim head{"head_dim",
+                               [](const ModelConfig& c) noexcept { return c.head_dim; }};
+}  // namespace layer_dim
 
 /// What a linear multiplies (the quantiser calibrates each on the activations it reads).
 enum class LinearInput {
@@ -90,26 +80,26 @@ struct LayerLinear {
   bool ModelConfig::*bias;
   LinearInput input;
 
-  std::size_t n(const ModelConfig& c) const noexcept { return dim_of(out, c); }
-  std::size_t k(const ModelConfig& c) const noexcept { return dim_of(in, c); }
+  std::size_t n(const ModelConfig& c) const noexcept { return out.of(c); }
+  std::size_t k(const ModelConfig& c) const noexcept { return in.of(c); }
   bool has_bias(const ModelConfig& c) const noexcept { return c.*bias; }
 };
 
 /// A layer's linears in the order a decode step reads them.
 inline constexpr std::array<LayerLinear, 7> kLayerLinears{{
-    {"self_attn.q_proj", &LayerWeights::q_proj, LayerDim::q, LayerDim::hidden,
+    {"self_attn.q_proj", &LayerWeights::q_proj, layer_dim::q, layer_dim::hidden,
      &ModelConfig::attention_qkv_bias, LinearInput::attention_norm},
-    {"self_attn.k_proj", &LayerWeights::k_proj, LayerDim::kv, LayerDim::hidden,
+    {"self_attn.k_proj", &LayerWeights::k_proj, layer_dim::kv, layer_dim::hidden,
      &ModelConfig::attention_qkv_bias, LinearInput::attention_norm},
-    {"self_attn.v_proj", &LayerWeights::v_proj, LayerDim::kv, LayerDim::hidden,
+    {"self_attn.v_proj", &LayerWeights::v_proj, layer_dim::kv, layer_dim::hidden,
      &ModelConfig::attention_qkv_bias, LinearInput::attention_norm},
-    {"self_attn.o_proj", &LayerWeights::o_proj, LayerDim::hidden, LayerDim::q,
+    {"self_attn.o_proj", &LayerWeights::o_proj, layer_dim::hidden, layer_dim::q,
      &ModelConfig::attention_out_bias, LinearInput::attention},
-    {"mlp.gate_proj", &LayerWeights::gate_proj, LayerDim::intermediate, LayerDim::hidden,
+    {"mlp.gate_proj", &LayerWeights::gate_proj, layer_dim::intermediate, layer_dim::hidden,
      &ModelConfig::mlp_bias, LinearInput::mlp_norm},
-    {"mlp.up_proj", &LayerWeights::up_proj, LayerDim::intermediate, LayerDim::hidden,
+    {"mlp.up_proj", &LayerWeights::up_proj, layer_dim::intermediate, layer_dim::hidden,
      &ModelConfig::mlp_bias, LinearInput::mlp_norm},
-    {"mlp.down_proj", &LayerWeights::down_proj, LayerDim::hidden, LayerDim::intermediate,
+    {"mlp.down_proj", &LayerWeights::down_proj, layer_dim::hidden, layer_dim::intermediate,
      &ModelConfig::mlp_bias, LinearInput::mlp_product},
 }};
 
@@ -127,17 +117,17 @@ struct LayerNorm {
   LayerDim dim;
   bool ModelConfig::*when;
 
-  std::size_t size(const ModelConfig& c) const noexcept { return dim_of(dim, c); }
+  std::size_t size(const ModelConfig& c) const noexcept { return dim.of(c); }
   bool present(const ModelConfig& c) const noexcept { return when == nullptr || c.*when; }
 };
 
 /// A layer's norms in the order they are read and declared.
 inline constexpr std::array<LayerNorm, 4> kLayerNorms{{
-    {"input_layernorm", &LayerWeights::input_layernorm, LayerDim::hidden, nullptr},
-    {"post_attention_layernorm", &LayerWeights::post_attention_layernorm, LayerDim::hidden,
+    {"input_layernorm", &LayerWeights::input_layernorm, layer_dim::hidden, nullptr},
+    {"post_attention_layernorm", &LayerWeights::post_attention_layernorm, layer_dim::hidden,
      nullptr},
-    {"self_attn.q_norm", &LayerWeights::q_norm, LayerDim::head, &ModelConfig::attention_qk_norm},
-    {"self_attn.k_norm", &LayerWeights::k_norm, LayerDim::head, &ModelConfig::attention_qk_norm},
+    {"self_attn.q_norm", &LayerWeights::q_norm, layer_dim::head, &ModelConfig::attention_qk_norm},
+    {"self_attn.k_norm", &LayerWeights::k_norm, layer_dim::head, &ModelConfig::attention_qk_norm},
 }};
 
 /// Positions in kLayerNorms.
@@ -153,15 +143,17 @@ static_assert(kLayerNorms[norm_index::post_attention_layernorm].name ==
                   "post_attention_layernorm" &&
               kLayerNorms[norm_index::k_norm].name == "self_attn.k_norm");
 
-inline std::array<kernels::Linear*, 7> LayerWeights::linears() noexcept {
-  std::array<kernels::Linear*, 7> r{};
-  for (std::size_t i = 0; i < r.size(); ++i) r[i] = &(this->*kLayerLinears[i].member);
+template <class Self>
+auto LayerWeights::linears_of(Self& self) noexcept {
+  std::array<decltype(&self.q_proj), 7> r{};
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = &(self.*kLayerLinears[i].member);
   return r;
 }
+inline std::array<kernels::Linear*, 7> LayerWeights::linears() noexcept {
+  return linears_of(*this);
+}
 inline std::array<const kernels::Linear*, 7> LayerWeights::linears() const noexcept {
-  std::array<const kernels::Linear*, 7> r{};
-  for (std::size_t i = 0; i < r.size(); ++i) r[i] = &(this->*kLayerLinears[i].member);
-  return r;
+  return linears_of(*this);
 }
 
 }  // namespace edgellm::model
