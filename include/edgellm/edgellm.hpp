@@ -18,12 +18,10 @@
 
 #include "edgellm/kernels.hpp"
 
-#include "edgellm/cache/attention.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/prefix_blob.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
-#include "edgellm/cache/reference_attention.hpp"
 
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/backend/cpu.hpp"

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/backend/cpu.hpp: the dense matmul driver, linear_forward(_multi) against
-// the kernels they dispatch to, and the Cpu backend's ops against the kernels they wrap.
+// Tests for edgellm/backend/cpu.hpp: linear_forward(_multi) against the kernels they dispatch
+// to, and the Cpu backend's ops against the kernels they wrap.
 #include "edgellm/backend/cpu.hpp"
 
 #include "edgellm/cache/quantized_kv_cache.hpp"
-#include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/reference.hpp"
 #include "support/q4_fixtures.hpp"
 #include "support/test_util.hpp"
@@ -23,12 +22,10 @@ namespace {
 
 using edgellm::ThreadPool;
 using edgellm::backend::Cpu;
-using edgellm::backend::dense_matmul;
 using edgellm::backend::linear_forward;
 using edgellm::backend::linear_forward_multi;
 using edgellm::backend::LinearOutput;
 using edgellm::kernels::DenseMatrix;
-using edgellm::kernels::DenseType;
 using edgellm::kernels::Linear;
 using edgellm::kernels::MatmulOptions;
 using edgellm::kernels::MatmulPath;
@@ -37,71 +34,7 @@ static_assert(edgellm::backend::ComputeBackend<Cpu, edgellm::cache::KVCacheF32>)
 static_assert(edgellm::backend::ComputeBackend<Cpu, edgellm::cache::KVCacheF16>);
 static_assert(edgellm::backend::ComputeBackend<Cpu, edgellm::cache::KVCacheQ8>);
 
-// fp32 matrix bits in a DenseMatrix of `type` (values must be representable in it).
-DenseMatrix make_dense(const std::vector<float>& w, std::size_t n, std::size_t k, DenseType type,
-                       std::vector<std::uint16_t>& storage) {
-  if (type == DenseType::f32) {
-    auto m = DenseMatrix::from_f32(w, n, k);
-    REQUIRE(m);
-    return std::move(*m);
-  }
-  storage.resize(n * k);
-  for (std::size_t i = 0; i < n * k; ++i) {
-    storage[i] = type == DenseType::f16 ? edgellm::kernels::f32_to_f16(w[i])
-                                        : edgellm::kernels::f32_to_bf16(w[i]);
-  }
-  auto m = DenseMatrix::view(type, n, k, std::as_bytes(std::span(storage)), "w");
-  REQUIRE(m);
-  return std::move(*m);
-}
-
 }  // namespace
-
-TEST_CASE("dense_matmul matches a double-precision product", "[backend]") {
-  const DenseType type = GENERATE(DenseType::f32, DenseType::f16, DenseType::bf16);
-  const std::size_t k = GENERATE(std::size_t{7}, std::size_t{64}, std::size_t{1037});
-  const std::size_t n = 19;
-  auto rng = edgellm::test::make_rng(k);
-  auto w = edgellm::test::random_floats(rng, n * k);
-  // Round to the storage type so that the double reference sees the same weights.
-  for (float& v : w) {
-    if (type == DenseType::f16) v = edgellm::kernels::f16_to_f32(edgellm::kernels::f32_to_f16(v));
-    if (type == DenseType::bf16)
-      v = edgellm::kernels::bf16_to_f32(edgellm::kernels::f32_to_bf16(v));
-  }
-  std::vector<std::uint16_t> storage;
-  const DenseMatrix d = make_dense(w, n, k, type, storage);
-  REQUIRE(d.type() == type);
-  const auto bias = edgellm::test::random_floats(rng, n);
-  const std::size_t m_max = 70;  // more than one 64-row block
-  const auto x = edgellm::test::random_floats(rng, m_max * k);
-  std::vector<float> y(m_max * n);
-  REQUIRE(dense_matmul(d, x, m_max, y, bias, nullptr));
-  // Error of an fp32 dot product of k terms (16 partial sums, then a tree): <= (k/16 + 6) u sum|w
-  // x|.
-  const double u = std::ldexp(1.0, -24);
-  for (std::size_t i = 0; i < m_max; ++i) {
-    for (std::size_t r = 0; r < n; ++r) {
-      double ref = bias[r], mag = std::fabs(bias[r]);
-      for (std::size_t c = 0; c < k; ++c) {
-        ref += static_cast<double>(x[i * k + c]) * w[r * k + c];
-        mag += std::fabs(static_cast<double>(x[i * k + c]) * w[r * k + c]);
-      }
-      REQUIRE(std::fabs(y[i * n + r] - ref) <= (static_cast<double>(k) / 16 + 8) * u * mag);
-    }
-  }
-  // The same bits for any m and thread count.
-  auto pool = ThreadPool::create(3);
-  REQUIRE(pool);
-  for (std::size_t m : {std::size_t{1}, std::size_t{3}, m_max}) {
-    std::vector<float> y2(m * n);
-    REQUIRE(dense_matmul(d, std::span(x).first(m * k), m, y2, bias, pool->get()));
-    REQUIRE(std::equal(y2.begin(), y2.end(), y.begin()));
-  }
-  // Argument errors.
-  CHECK_FALSE(dense_matmul(d, std::span(x).first(k - 1), 1, y, bias, nullptr));
-  CHECK_FALSE(dense_matmul(d, x, 1, y, std::span(bias).first(n - 1), nullptr));
-}
 
 TEST_CASE("linear_forward(_multi): the kernels' bits, grouped or not", "[backend]") {
   const MatmulPath path = GENERATE(MatmulPath::exact, MatmulPath::fast);
@@ -130,10 +63,10 @@ TEST_CASE("linear_forward(_multi): the kernels' bits, grouped or not", "[backend
     REQUIRE(edgellm::kernels::gemm(a.q4, x, m, want, a.bias, mo));
   }
   CHECK(ya == want);
-  // A dense one: dense_matmul.
+  // A dense one: kernels::dense_matmul.
   std::vector<float> yc(m * 16), wantc(m * 16);
   REQUIRE(linear_forward(c, x, m, yc, mo));
-  REQUIRE(dense_matmul(c.dense, x, m, wantc, {}, nullptr));
+  REQUIRE(edgellm::kernels::dense_matmul(c.dense, x, m, wantc, {}, nullptr));
   CHECK(yc == wantc);
 
   // Grouped (all int4) and mixed (falls back to one call each): the same bits as separate calls.
@@ -246,8 +179,8 @@ TEST_CASE("Cpu backend: attention forks only when the work is worth it, with the
   shape.max_batch = 96;
   shape.rms_norm_eps = 1e-5f;
   shape.rope_inv_freq.assign(32, 0.5f);
-  REQUIRE_FALSE(edgellm::cache::attention_worth_forking(1, 12, 8, 64));
-  REQUIRE(edgellm::cache::attention_worth_forking(96, 0, 8, 64));
+  REQUIRE_FALSE(edgellm::kernels::attention_worth_forking(1, 12, 8, 64));
+  REQUIRE(edgellm::kernels::attention_worth_forking(96, 0, 8, 64));
   auto pool = ThreadPool::create(2);
   REQUIRE(pool);
   edgellm::backend::Options with_pool;

@@ -4,8 +4,8 @@
 // batch invariance. The int8 cache and prefix blobs of every type: quantized_kv_cache_test.cpp.
 #include "edgellm/cache/dense_kv_cache.hpp"
 
-#include "edgellm/cache/reference_attention.hpp"
 #include "edgellm/kernels/float16.hpp"
+#include "edgellm/kernels/reference_attention.hpp"
 #include "support/test_util.hpp"
 
 #include <catch2/catch.hpp>
@@ -77,9 +77,9 @@ void check_against_oracle(const Cache& /*tag*/, const std::vector<float>& q,
                           std::size_t len) {
   const std::size_t hd = s.head_dim;
   std::vector<float> ref(out.size());
-  edgellm::cache::reference::attention(q.data(), s.n_q, s.first_pos, heads, s.kv_heads, hd, len,
-                                       k_ref.data(), v_ref.data(), ref.data());
-  const double u = std::ldexp(1.0, -24), scale = edgellm::cache::attention_scale(hd);
+  edgellm::kernels::reference::attention(q.data(), s.n_q, s.first_pos, heads, s.kv_heads, hd,
+                                         len, k_ref.data(), v_ref.data(), ref.data());
+  const double u = std::ldexp(1.0, -24), scale = edgellm::kernels::attention_scale(hd);
   for (std::size_t i = 0; i < s.n_q; ++i) {
     const std::size_t pos = s.first_pos + i;
     for (std::size_t h = 0; h < heads; ++h) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/cache/quantized_kv_cache.hpp and the attention kernels of
-// edgellm/cache/attention.hpp: the int8 storage against an independent quantiser, memory, the
+// Tests for edgellm/cache/quantized_kv_cache.hpp and the attention kernels it runs
+// (edgellm/kernels/attention.hpp): the int8 storage against an independent quantiser, memory, the
 // xsimd kernels on every compiled architecture against the double-precision twin (within the
 // bound derived in dense_kv_cache.hpp) and the twin against reference::attention, accuracy
 // against fp32 storage, thread-count and batch invariance, truncation, errors, prefix blobs of
@@ -9,7 +9,7 @@
 #include "edgellm/cache/quantized_kv_cache.hpp"
 
 #include "decode/model_contract.hpp"
-#include "edgellm/cache/reference_attention.hpp"
+#include "edgellm/kernels/reference_attention.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "model/model_test_support.hpp"
 #include "support/temp_dir.hpp"
@@ -38,7 +38,9 @@ using edgellm::cache::KVCacheF16;
 using edgellm::cache::KVCacheF32;
 using edgellm::cache::KVCacheQ8;
 using edgellm::cache::QuantizedKVCache;
+using edgellm::kernels::KvLayerView;
 namespace detail = edgellm::cache::detail;
+namespace kref = edgellm::kernels::reference;
 
 static_assert(edgellm::cache::KVCache<KVCacheQ8>);
 static_assert(edgellm::cache::PrefixKVCache<KVCacheQ8>);
@@ -97,33 +99,34 @@ void stored_kv(const Cache& c, std::size_t layer, std::size_t len, std::vector<f
   for (std::size_t g = 0; g < c.kv_heads(); ++g)
     for (std::size_t j = 0; j < len; ++j)
       for (std::size_t d = 0; d < hd; ++d) {
-        k[(g * len + j) * hd + d] = static_cast<float>(detail::stored_key(view, g, j, d));
-        v[(g * len + j) * hd + d] = static_cast<float>(detail::stored_value(view, g, j, d));
+        k[(g * len + j) * hd + d] = static_cast<float>(kref::stored_key(view, g, j, d));
+        v[(g * len + j) * hd + d] = static_cast<float>(kref::stored_value(view, g, j, d));
       }
 }
 
 // The bound of DenseKVCache's class comment for output (query i, head h, coordinate c), from
 // the stored data in double: (2E + (2S + 2L + 2nb + 18) u) max_j |v_jc|.
 template <class T>
-double derived_bound(const detail::LayerView<T>& kv, const float* q, std::size_t pos,
+double derived_bound(const KvLayerView<T>& kv, const float* q, std::size_t pos,
                      std::size_t g, std::size_t c) {
   const std::size_t hd = kv.head_dim;
-  const double scale = edgellm::cache::attention_scale(hd);
+  const double scale = edgellm::kernels::attention_scale(hd);
   double e = 0.0, smin = 1e300, smax = -1e300, vmax = 0.0;
   for (std::size_t j = 0; j <= pos; ++j) {
     double a = 0.0, d = 0.0;
     for (std::size_t x = 0; x < hd; ++x) {
-      const double qk = static_cast<double>(q[x]) * detail::stored_key(kv, g, j, x);
+      const double qk = static_cast<double>(q[x]) * kref::stored_key(kv, g, j, x);
       a += std::fabs(qk);
       d += qk;
     }
     e = std::max(e, static_cast<double>(hd + 2) * kU * scale * a);
     smin = std::min(smin, d * scale);
     smax = std::max(smax, d * scale);
-    vmax = std::max(vmax, std::fabs(detail::stored_value(kv, g, j, c)));
+    vmax = std::max(vmax, std::fabs(kref::stored_value(kv, g, j, c)));
   }
-  const double L = static_cast<double>(std::min<std::size_t>(pos + 1, detail::kChunk));
-  const double nb = static_cast<double>(detail::chunks_of(pos));
+  constexpr std::size_t chunk = edgellm::kernels::kAttentionChunk;
+  const double L = static_cast<double>(std::min<std::size_t>(pos + 1, chunk));
+  const double nb = static_cast<double>(pos / chunk + 1);
   return (2.0 * e + (2.0 * (smax - smin) + 2.0 * L + 2.0 * nb + 18.0) * kU) * vmax;
 }
 
@@ -142,11 +145,10 @@ void check_kernel(const Shape& s, std::uint64_t seed) {
     std::vector<float> out(q.size()), twin(q.size()), ref(q.size()), k, v;
     REQUIRE(c->template attend<Arch>(layer, q, s.n_q, s.first_pos, heads, out, nullptr));
     const auto view = c->layer_view(layer);
-    edgellm::cache::reference::attention_stored(view, q.data(), s.n_q, s.first_pos, heads,
-                                                twin.data());
+    kref::attention_stored(view, q.data(), s.n_q, s.first_pos, heads, twin.data());
     stored_kv(*c, layer, len, k, v);
-    edgellm::cache::reference::attention(q.data(), s.n_q, s.first_pos, heads, s.kv_heads, hd, len,
-                                         k.data(), v.data(), ref.data());
+    kref::attention(q.data(), s.n_q, s.first_pos, heads, s.kv_heads, hd, len, k.data(), v.data(),
+                    ref.data());
     for (std::size_t i = 0; i < s.n_q; ++i) {
       for (std::size_t h = 0; h < heads; ++h) {
         const float* qh = q.data() + (i * heads + h) * hd;
@@ -216,11 +218,11 @@ TEST_CASE("KVCacheQ8 stores one int8 absmax code per value and an fp32 scale per
         INFO("position " << j << " kv head " << g << (key ? " key" : " value"));
         REQUIRE(stored_scale == scale);
         for (std::size_t d = 0; d < hd; ++d) {
-          const std::int8_t got = key ? view.k_head(g)[detail::LayerView<std::int8_t>::k_index(j, d, hd)]
+          const std::int8_t got = key ? view.k_head(g)[KvLayerView<std::int8_t>::k_index(j, d, hd)]
                                       : view.v_head(g)[j * hd + d];
           REQUIRE(got == code[d]);
-          const double stored = key ? detail::stored_key(view, g, j, d)
-                                    : detail::stored_value(view, g, j, d);
+          const double stored = key ? kref::stored_key(view, g, j, d)
+                                    : kref::stored_value(view, g, j, d);
           // Half a step, plus the fp32 rounding of 127 / amax in the code computation.
           REQUIRE(std::fabs(stored - x[d]) <= 0.5 * scale * (1.0 + 1e-5) + 1e-30);
         }
@@ -264,29 +266,6 @@ TEST_CASE("KVCacheQ8 takes at most 0.53 x the bytes of KVCacheF16 at head_dim 12
       CHECK(static_cast<double>(q8->bytes()) <= 0.53 * static_cast<double>(f16->bytes()));
     }
   }
-}
-
-TEMPLATE_LIST_TEST_CASE("the kernels' exp is within 4u of exp on the softmax range", "[kv_cache]",
-                        edgellm::test::TestArchs) {
-  // The attention bound assumes a relative error <= 4u of the vector exp on [-88, 0] (its
-  // arguments are s - max s <= 0; below -87.3 it returns 0, far below any tolerance).
-  using B = xsimd::batch<float, TestType>;
-  constexpr std::size_t W = B::size;
-  auto rng = edgellm::test::make_rng(5);
-  std::uniform_real_distribution<float> dist(-87.0f, 0.0f);
-  const std::size_t n = edgellm::test::scaled<std::size_t>(200000, 20000);
-  double worst = 0.0;
-  alignas(64) float x[W], y[W];
-  for (std::size_t i = 0; i < n; i += W) {
-    for (std::size_t l = 0; l < W; ++l) x[l] = i == 0 && l < 3 ? -static_cast<float>(l) * 1e-7f : dist(rng);
-    detail::exp_f32<TestType>(B::load_aligned(x)).store_aligned(y);
-    for (std::size_t l = 0; l < W; ++l) {
-      const double e = std::exp(static_cast<double>(x[l]));
-      worst = std::max(worst, std::fabs(y[l] - e) / e);
-    }
-  }
-  INFO(TestType::name() << ": worst relative error " << worst / kU << " u");
-  CHECK(worst <= 4.0 * kU);
 }
 
 TEMPLATE_LIST_TEST_CASE("attention kernels agree with the double-precision twin within the bound",
@@ -365,7 +344,7 @@ TEST_CASE("KVCacheQ8 attention error against fp32 storage on random data", "[kv_
     REQUIRE(q8->attend(0, q, s.n_q, s.first_pos, heads, a, nullptr));
     REQUIRE(f32->attend(0, q, s.n_q, s.first_pos, heads, b, nullptr));
     const std::size_t row = s.kv_heads * hd;
-    const double scale = edgellm::cache::attention_scale(hd);
+    const double scale = edgellm::kernels::attention_scale(hd);
     for (std::size_t i = 0; i < s.n_q; ++i) {
       const std::size_t pos = s.first_pos + i;
       for (std::size_t h = 0; h < heads; ++h) {

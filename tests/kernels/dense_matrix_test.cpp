@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/kernels/dense_matrix.hpp: views, owned copies, rows as fp32, errors.
+// Tests for edgellm/kernels/dense_matrix.hpp: views, owned copies, rows as fp32, errors, and
+// dense_matmul (the checked product split over a pool) against a double-precision product.
 #include "edgellm/kernels/dense_matrix.hpp"
 
 #include "edgellm/kernels/float16.hpp"
+#include "support/test_util.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -14,8 +18,32 @@
 namespace test_kernels_dense_matrix {
 
 using edgellm::errc;
+using edgellm::ThreadPool;
+using edgellm::kernels::dense_matmul;
 using edgellm::kernels::DenseMatrix;
 using edgellm::kernels::DenseType;
+
+namespace {
+
+// fp32 matrix bits in a DenseMatrix of `type` (values must be representable in it).
+DenseMatrix make_dense(const std::vector<float>& w, std::size_t n, std::size_t k, DenseType type,
+                       std::vector<std::uint16_t>& storage) {
+  if (type == DenseType::f32) {
+    auto m = DenseMatrix::from_f32(w, n, k);
+    REQUIRE(m);
+    return std::move(*m);
+  }
+  storage.resize(n * k);
+  for (std::size_t i = 0; i < n * k; ++i) {
+    storage[i] = type == DenseType::f16 ? edgellm::kernels::f32_to_f16(w[i])
+                                        : edgellm::kernels::f32_to_bf16(w[i]);
+  }
+  auto m = DenseMatrix::view(type, n, k, std::as_bytes(std::span(storage)), "w");
+  REQUIRE(m);
+  return std::move(*m);
+}
+
+}  // namespace
 
 TEST_CASE("DenseMatrix: view, copy_of and from_f32 give the same rows", "[kernels]") {
   const std::vector<float> values = {1.0f, -2.0f, 0.5f, 3.0f, 0.25f, -0.125f};  // exact in 16 bits
@@ -62,6 +90,52 @@ TEST_CASE("DenseMatrix: view, copy_of and from_f32 give the same rows", "[kernel
   CHECK_FALSE(DenseMatrix::from_f32(values, 4, 2 + 1));
   CHECK(DenseMatrix().empty());
   CHECK(std::string(edgellm::kernels::to_string(type)).size() >= 3);
+}
+
+TEST_CASE("dense_matmul matches a double-precision product", "[kernels]") {
+  const DenseType type = GENERATE(DenseType::f32, DenseType::f16, DenseType::bf16);
+  const std::size_t k = GENERATE(std::size_t{7}, std::size_t{64}, std::size_t{1037});
+  const std::size_t n = 19;
+  auto rng = edgellm::test::make_rng(k);
+  auto w = edgellm::test::random_floats(rng, n * k);
+  // Round to the storage type so that the double reference sees the same weights.
+  for (float& v : w) {
+    if (type == DenseType::f16) v = edgellm::kernels::f16_to_f32(edgellm::kernels::f32_to_f16(v));
+    if (type == DenseType::bf16)
+      v = edgellm::kernels::bf16_to_f32(edgellm::kernels::f32_to_bf16(v));
+  }
+  std::vector<std::uint16_t> storage;
+  const DenseMatrix d = make_dense(w, n, k, type, storage);
+  REQUIRE(d.type() == type);
+  const auto bias = edgellm::test::random_floats(rng, n);
+  const std::size_t m_max = 70;  // more than one 64-row block
+  const auto x = edgellm::test::random_floats(rng, m_max * k);
+  std::vector<float> y(m_max * n);
+  REQUIRE(dense_matmul(d, x, m_max, y, bias, nullptr));
+  // Error of an fp32 dot product of k terms (16 partial sums, then a tree): <= (k/16 + 6) u sum|w
+  // x|.
+  const double u = std::ldexp(1.0, -24);
+  for (std::size_t i = 0; i < m_max; ++i) {
+    for (std::size_t r = 0; r < n; ++r) {
+      double ref = bias[r], mag = std::fabs(bias[r]);
+      for (std::size_t c = 0; c < k; ++c) {
+        ref += static_cast<double>(x[i * k + c]) * w[r * k + c];
+        mag += std::fabs(static_cast<double>(x[i * k + c]) * w[r * k + c]);
+      }
+      REQUIRE(std::fabs(y[i * n + r] - ref) <= (static_cast<double>(k) / 16 + 8) * u * mag);
+    }
+  }
+  // The same bits for any m and thread count.
+  auto pool = ThreadPool::create(3);
+  REQUIRE(pool);
+  for (std::size_t m : {std::size_t{1}, std::size_t{3}, m_max}) {
+    std::vector<float> y2(m * n);
+    REQUIRE(dense_matmul(d, std::span(x).first(m * k), m, y2, bias, pool->get()));
+    REQUIRE(std::equal(y2.begin(), y2.end(), y.begin()));
+  }
+  // Argument errors.
+  CHECK_FALSE(dense_matmul(d, std::span(x).first(k - 1), 1, y, bias, nullptr));
+  CHECK_FALSE(dense_matmul(d, x, 1, y, std::span(bias).first(n - 1), nullptr));
 }
 
 }  // namespace test_kernels_dense_matrix

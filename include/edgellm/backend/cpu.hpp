@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CPU backend: the xsimd int4 and dense kernels with their thread-pool split, the cache's
-// SIMD attention, the elementwise ops of kernels/elementwise.hpp, on host activations.
+// The CPU backend: the xsimd int4, int8 and dense kernels (each format's thread-pool split is
+// kernels/'), the cache's SIMD attention (kernels/attention.hpp), the elementwise ops of
+// kernels/elementwise.hpp, on host activations.
 #pragma once
 
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/backend/host_state.hpp"
 #include "edgellm/backend/profile.hpp"
-#include "edgellm/cache/attention.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/detail/aligned_buffer.hpp"
-#include "edgellm/kernels/dense_matmul.hpp"
+#include "edgellm/kernels/attention.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/elementwise.hpp"
 #include "edgellm/kernels/gemm_q8.hpp"
@@ -19,54 +19,18 @@
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <span>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace edgellm::backend {
 
-/// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of
-/// W are split over `pool` (null: the calling thread); bit-identical for any thread count.
-inline status dense_matmul(const kernels::DenseMatrix& w, std::span<const float> x, std::size_t m,
-                           std::span<float> y, std::span<const float> bias, ThreadPool* pool) {
-  constexpr std::string_view where = "dense_matmul";
-  if (w.empty() || m == 0)
-    return make_error(errc::invalid_argument, where, "empty matrix or m = 0");
-  if (x.size() < m * w.k() || y.size() < m * w.n()) {
-    return make_error(errc::invalid_argument, where,
-                      "x/y: sizes " + std::to_string(x.size()) + "/" + std::to_string(y.size()) +
-                          ", need " + std::to_string(m * w.k()) + "/" + std::to_string(m * w.n()));
-  }
-  if (!bias.empty() && bias.size() != w.n()) {
-    return make_error(
-        errc::shape_mismatch, where,
-        "bias: size " + std::to_string(bias.size()) + ", expected " + std::to_string(w.n()));
-  }
-  const float* b = bias.empty() ? nullptr : bias.data();
-  // Rows in pieces of about 1/8 of a thread's share (a multiple of the kernel's 8-row block),
-  // balanced at run time as the int4 products are (kernels::gemm).
-  const std::size_t threads = pool ? pool->size() : 1;
-  const std::size_t grain = std::max<std::size_t>(8, w.n() / (threads * 8) / 8 * 8);
-  parallel_for_balanced(pool, w.n(), grain, [&](std::size_t r0, std::size_t r1) {
-    std::unique_ptr<float[]> scratch;  // widens 16-bit rows once for many activation rows
-    if (const std::size_t f = kernels::dense_scratch_floats(w.k());
-        f > 0 && m > 1 && w.type() != kernels::DenseType::f32)
-      scratch.reset(new (std::nothrow) float[f]);
-    kernels::dense_matmul_rows(w.type(), w.data(), w.k(), x.data(), w.k(), m, b, y.data(), w.n(),
-                               r0, r1, scratch.get());
-  });
-  return {};
-}
-
 /// Y[m][n] = X[m][k] W^T + bias through the int4 or int8 kernels (gemv for m == 1, gemm
-/// otherwise, on opts.path) or dense_matmul (opts.pool only).
+/// otherwise, on opts.path) or kernels::dense_matmul (opts.pool only).
 inline status linear_forward(const kernels::Linear& w, std::span<const float> x, std::size_t m,
                              std::span<float> y, const kernels::MatmulOptions& opts) {
   if (w.int4()) {
@@ -77,7 +41,7 @@ inline status linear_forward(const kernels::Linear& w, std::span<const float> x,
     if (m == 1) return kernels::gemv(w.q8, x.first(w.k()), y.first(w.n()), w.bias, opts);
     return kernels::gemm(w.q8, x.first(m * w.k()), m, y.first(m * w.n()), w.bias, opts);
   }
-  return dense_matmul(w.dense, x, m, y, w.bias, opts.pool);
+  return kernels::dense_matmul(w.dense, x, m, y, w.bias, opts.pool);
 }
 
 /// One output of linear_forward_multi: y[m][w->n()] = x w^T (+ bias).
@@ -214,10 +178,9 @@ class Cpu {
         !st)
       return st;
     // A short decode step runs on this thread: its fork-join would cost more than it saves.
-    const std::size_t heads = host_.shape().heads;
-    ThreadPool* pool = cache::attention_worth_forking(rows, first_pos, heads, host_.shape().head_dim)
-                           ? mo_.pool
-                           : nullptr;
+    const std::size_t heads = host_.shape().heads, head_dim = host_.shape().head_dim;
+    ThreadPool* pool =
+        kernels::attention_worth_forking(rows, first_pos, heads, head_dim) ? mo_.pool : nullptr;
     return cache.attend(layer, std::span<const float>(q.data.first(rows * q.cols)), rows, first_pos,
                         heads, out.data.first(rows * q.cols), pool);
   }

@@ -1,15 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The scalar backend: every op by its scalar twin (kernels/reference.hpp, the caches'
-// reference::attention_stored), on the calling thread. The oracle the CPU backend is tested
+// The scalar backend: every op by its scalar twin (kernels/reference.hpp,
+// kernels/reference_attention.hpp), on the calling thread. The oracle the CPU backend is tested
 // against, and the smallest example of a second backend.
 #pragma once
 
 #include "edgellm/backend/backend.hpp"
 #include "edgellm/backend/host_state.hpp"
-#include "edgellm/cache/attention.hpp"
 #include "edgellm/cache/dense_kv_cache.hpp"
 #include "edgellm/cache/kv_cache.hpp"
-#include "edgellm/cache/reference_attention.hpp"
 #include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/dense_matrix.hpp"
@@ -17,6 +15,7 @@
 #include "edgellm/kernels/linear.hpp"
 #include "edgellm/kernels/q8_activations.hpp"
 #include "edgellm/kernels/reference.hpp"
+#include "edgellm/kernels/reference_attention.hpp"
 #include "edgellm/result.hpp"
 
 #include <concepts>
@@ -41,7 +40,7 @@ concept ViewableKVCache = cache::KVCache<C> && requires(const C& c, std::size_t 
 /// kernels::reference::gemv_q4 (exact path: double accumulation) or quantize_activations_q8 +
 /// gemm_q4_fast (fast path: the W4A8 specification every microkernel matches bit for bit), int8
 /// ones by reference::gemm_q8 / gemm_q8_fast likewise, dense
-/// ones by reference::dense_matmul_rows, attention by cache::reference::attention_stored on the
+/// ones by reference::dense_matmul_rows, attention by reference::attention_stored on the
 /// cache's stored data (double), RMSNorm, SiLU and RoPE in double. Ignores options.pool and isa.
 /// Slow (plain loops): for tests and small models.
 class Scalar {
@@ -107,8 +106,8 @@ class Scalar {
                                std::span<const float>(v.data.first(rows * v.cols)));
         !st)
       return st;
-    cache::reference::attention_stored(cache.layer_view(layer), q.data.data(), rows, first_pos,
-                                       host_.shape().heads, out.data.data());
+    kernels::reference::attention_stored(cache.layer_view(layer), q.data.data(), rows, first_pos,
+                                         host_.shape().heads, out.data.data());
     return {};
   }
 

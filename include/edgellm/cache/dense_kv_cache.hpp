@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The dense KV caches: keys and values of every layer in one preallocated block, over a storage
-// format (fp32 and fp16 here; int8 in quantized_kv_cache.hpp), with attention and prefix blobs.
+// format (fp32 and fp16 here; int8 in quantized_kv_cache.hpp), with prefix blobs. Attention over
+// the stored rows is kernels/attention.hpp's, on the view layer_view() gives.
 #pragma once
 
-#include "edgellm/cache/attention.hpp"
 #include "edgellm/cache/kv_cache.hpp"
 #include "edgellm/cache/prefix_blob.hpp"
 #include "edgellm/detail/aligned_buffer.hpp"
 #include "edgellm/detail/bytes.hpp"
+#include "edgellm/kernels/attention.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/thread_pool.hpp"
@@ -55,13 +56,13 @@ struct StoreF16 {
 /// A dense KV cache: keys and values of every layer in one preallocated block (as opposed to
 /// paged), stored in a format `Store`: fp32 (KVCacheF32), fp16 (KVCacheF16) or int8 with an fp32
 /// scale per (position, kv head) (KVCacheQ8, cache/quantized_kv_cache.hpp). Layout per layer and
-/// kv head (detail::LayerView): keys in tiles of 16 positions stored transposed
+/// kv head (kernels::KvLayerView): keys in tiles of 16 positions stored transposed
 /// [slots / 16][head_dim][16], values row-major [slots][head_dim], scales [slots]; slots =
 /// capacity rounded up to 16. Every format runs the same attention kernel
-/// (detail::attend_layer, xsimd), so formats differ only in the bytes they read.
+/// (kernels::attend_layer, xsimd), so formats differ only in the bytes they read.
 ///
 /// Numerics of attend(), per query at position p and head h (kv head h / (heads / kv_heads)),
-/// all in fp32 (detail::chunk_partial and detail::merge_partials list every operation):
+/// all in fp32 (kernels/attention.hpp's chunk_partial and merge_partials list every operation):
 ///   s_j = dot(q * scale, k_j) [* ks_j]      j = 0 .. p, scale = attention_scale(head_dim),
 ///                                           ks_j: the key scale of int8 storage
 ///   positions in chunks b of 256: m_b = max s_j, e_j = exp(s_j - m_b), l_b = sum_j e_j,
@@ -75,7 +76,7 @@ struct StoreF16 {
 ///   |out_c - exact_c| <= (2E + (2S + 2L + 2nb + 18) u) max_j |v_jc|
 /// (2E: score errors reweight the softmax; 2uS + 16u: exp, relative error <= 4u (tested), of an
 /// fp32-rounded argument, in chunk and merge; 2(L + nb)u + 2u: the sums, the value scale, the
-/// division). The tests check it against reference::attention.
+/// division). The tests check it against kernels::reference::attention.
 ///
 /// Memory: bytes() (allocated by create(); pages are committed as positions are appended), plus
 /// attention scratch grown on first use: per pool thread (8 head_dim + 2048 + (p / 256 + 1) *
@@ -120,7 +121,7 @@ class DenseKVCache {
     c.kv_heads_ = kv_heads;
     c.head_dim_ = head_dim;
     c.capacity_ = capacity;
-    c.slots_ = detail::round_up(capacity, detail::kTile);
+    c.slots_ = kernels::attention_slots(capacity);
     c.count_ = layers * kv_heads * c.slots_ * head_dim;
     // Not zero-filled: pages are committed as positions are appended (a tile is zeroed when its
     // first position is written; only written tiles are read).
@@ -164,7 +165,7 @@ class DenseKVCache {
   /// What bytes() will be for a cache create() makes with these arguments (memory plans).
   static constexpr std::size_t bytes_for(std::size_t layers, std::size_t kv_heads,
                                          std::size_t head_dim, std::size_t capacity) noexcept {
-    const std::size_t rows = layers * kv_heads * detail::round_up(capacity, detail::kTile);
+    const std::size_t rows = layers * kv_heads * kernels::attention_slots(capacity);
     return 2 * rows * (head_dim * sizeof(element) + (scaled ? sizeof(float) : 0));
   }
 
@@ -176,9 +177,10 @@ class DenseKVCache {
                                           std::size_t max_batch, std::size_t threads) noexcept {
     if (capacity == 0 || kv_heads == 0) return 0;
     const std::size_t n_q = std::min(capacity, max_batch), t = std::max<std::size_t>(threads, 1);
+    using kernels::attend_scratch_floats;
     return sizeof(float) *
-           std::max(detail::attend_scratch_floats(n_q, capacity - n_q, heads, kv_heads, head_dim, t),
-                    detail::attend_scratch_floats(1, capacity - 1, heads, kv_heads, head_dim, t));
+           std::max(attend_scratch_floats(n_q, capacity - n_q, heads, kv_heads, head_dim, t),
+                    attend_scratch_floats(1, capacity - 1, heads, kv_heads, head_dim, t));
   }
 
   /// Keeps positions [0, n) of every layer (a no-op for layers holding fewer), in O(layers).
@@ -276,8 +278,8 @@ class DenseKVCache {
                   "q/out: sizes " + std::to_string(q.size()) + "/" + std::to_string(out.size()) +
                       ", expected n_q * heads * head_dim = " + std::to_string(size));
     }
-    detail::attend_layer<Arch, element, scaled>(layer_view(layer), q.data(), n_q, first_pos, heads,
-                                                out.data(), pool, scratch_);
+    kernels::attend_layer<Arch, element, scaled>(layer_view(layer), q.data(), n_q, first_pos, heads,
+                                                 out.data(), pool, scratch_);
     return {};
   }
 
@@ -369,10 +371,10 @@ class DenseKVCache {
     return {};
   }
 
-  /// The storage of one layer as the kernels read it (tests, the scalar twin
-  /// reference::attention_stored). Valid until the cache is modified or destroyed.
-  detail::LayerView<element> layer_view(std::size_t layer) const noexcept {
-    detail::LayerView<element> v;
+  /// The storage of one layer as the kernels read it (attend, tests, the scalar twin
+  /// kernels::reference::attention_stored). Valid until the cache is modified or destroyed.
+  kernels::KvLayerView<element> layer_view(std::size_t layer) const noexcept {
+    kernels::KvLayerView<element> v;
     const std::size_t head = layer * kv_heads_;
     v.k = k_.get() + head * slots_ * head_dim_;
     v.v = v_.get() + head * slots_ * head_dim_;
@@ -404,29 +406,29 @@ class DenseKVCache {
   // Zeroes the key tile (and the scales) of position pos of head (layer * kv_heads + kv head)
   // when pos starts it, so that tiles the kernels read hold no uninitialised lanes.
   void start_tile(std::size_t head, std::size_t pos) noexcept {
-    if (pos % detail::kTile != 0) return;
+    if (pos % kernels::kAttentionTile != 0) return;
     element* tile = k_.get() + (head * slots_ + pos) * head_dim_;  // tile pos/16 starts at pos*hd
-    std::fill(tile, tile + detail::kTile * head_dim_, element{});
+    std::fill(tile, tile + kernels::kAttentionTile * head_dim_, element{});
     if constexpr (scaled) {
-      std::fill_n(k_scale_.get() + head * slots_ + pos, detail::kTile, 0.0f);
-      std::fill_n(v_scale_.get() + head * slots_ + pos, detail::kTile, 0.0f);
+      std::fill_n(k_scale_.get() + head * slots_ + pos, kernels::kAttentionTile, 0.0f);
+      std::fill_n(v_scale_.get() + head * slots_ + pos, kernels::kAttentionTile, 0.0f);
     }
   }
 
   void put_key_row(std::size_t head, std::size_t pos, const element* row) noexcept {
     element* kh = k_.get() + head * slots_ * head_dim_;
     for (std::size_t c = 0; c < head_dim_; ++c)
-      kh[detail::LayerView<element>::k_index(pos, c, head_dim_)] = row[c];
+      kh[kernels::KvLayerView<element>::k_index(pos, c, head_dim_)] = row[c];
   }
 
   void get_key_row(std::size_t head, std::size_t pos, element* row) const noexcept {
     const element* kh = k_.get() + head * slots_ * head_dim_;
     for (std::size_t c = 0; c < head_dim_; ++c)
-      row[c] = kh[detail::LayerView<element>::k_index(pos, c, head_dim_)];
+      row[c] = kh[kernels::KvLayerView<element>::k_index(pos, c, head_dim_)];
   }
 
   std::size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
-  std::size_t slots_ = 0;  // capacity rounded up to detail::kTile
+  std::size_t slots_ = 0;  // kernels::attention_slots(capacity)
   std::size_t count_ = 0;  // elements of each of k_, v_
   // [layers][kv_heads][slots / 16][head_dim][16] keys, [layers][kv_heads][slots][head_dim] values
   edgellm::detail::AlignedArray<element> k_, v_;
@@ -434,7 +436,7 @@ class DenseKVCache {
   edgellm::detail::AlignedArray<float> k_scale_, v_scale_;
   std::vector<std::size_t> layer_length_;  // [layers]
   std::vector<element> row_;               // [head_dim] one converted key row
-  std::vector<float> scratch_;             // attention scratch, see detail::attend_scratch_floats
+  std::vector<float> scratch_;             // attention scratch: kernels::attend_scratch_floats
 };
 
 /// fp32 keys and values: attention equals the math of the class comment on the exact inputs.

@@ -3,7 +3,8 @@
 // all a model sequences), KVCache (a host cache that also stores keys and values and attends
 // over them) and PrefixKVCache (save and restore a prefix as a blob). The caches:
 // cache/dense_kv_cache.hpp (fp32, fp16), cache/quantized_kv_cache.hpp (int8); the blob format:
-// cache/prefix_blob.hpp; the scalar attention oracle: cache/reference_attention.hpp.
+// cache/prefix_blob.hpp; the attention math: kernels/attention.hpp (its scalar oracle and twin:
+// kernels/reference_attention.hpp).
 #pragma once
 
 #include "edgellm/result.hpp"
@@ -35,9 +36,10 @@ concept KVStore = requires(C& c, const C& cc, std::size_t i) {
 };
 
 /// A per-layer store of attention keys and values that also computes attention over them.
-/// The cache owns the attention math so that a cache with a compressed layout (e.g. int8 K/V
-/// with per-group scales) can compute scores directly on its own representation; the model only
-/// hands it fp32 keys/values after RoPE and fp32 queries. Requirements:
+/// attend is the cache's so that a cache with a compressed layout (e.g. int8 K/V with per-group
+/// scales) runs a kernel on its own representation (DenseKVCache: kernels::attend_layer on its
+/// stored codes); the model only hands it fp32 keys/values after RoPE and fp32 queries.
+/// Requirements:
 ///
 ///   C::create(layers, kv_heads, head_dim, capacity) -> result<C>
 ///   c.layers(), c.kv_heads(), c.head_dim(), c.capacity() -> std::size_t   (fixed at creation)

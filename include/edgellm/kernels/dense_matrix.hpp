@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The dense weight format: a row-major fp32 / fp16 / bf16 matrix, either a view of stored bytes
-// (a tensor in a mapped checkpoint) or owned, aligned memory. The products over it are in
-// kernels/dense_matmul.hpp; the loader (model/weights.hpp) builds them from checkpoint tensors.
+// (a tensor in a mapped checkpoint) or owned, aligned memory, and dense_matmul, its checked
+// product with the rows split over a thread pool (as gemm / gemv are for the int4 and int8
+// formats). The row kernels are in kernels/dense_matmul.hpp; the loader (model/weights.hpp)
+// builds the matrices from checkpoint tensors.
 #pragma once
 
 #include "edgellm/detail/aligned_buffer.hpp"
@@ -9,14 +11,18 @@
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/result.hpp"
+#include "edgellm/thread_pool.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace edgellm::kernels {
@@ -165,5 +171,38 @@ class DenseMatrix {
   const std::byte* data_ = nullptr;
   edgellm::detail::AlignedBuffer owned_;
 };
+
+/// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of
+/// W are split over `pool` (null: the calling thread); bit-identical for any thread count.
+inline status dense_matmul(const DenseMatrix& w, std::span<const float> x, std::size_t m,
+                           std::span<float> y, std::span<const float> bias, ThreadPool* pool) {
+  constexpr std::string_view where = "dense_matmul";
+  if (w.empty() || m == 0)
+    return make_error(errc::invalid_argument, where, "empty matrix or m = 0");
+  if (x.size() < m * w.k() || y.size() < m * w.n()) {
+    return make_error(errc::invalid_argument, where,
+                      "x/y: sizes " + std::to_string(x.size()) + "/" + std::to_string(y.size()) +
+                          ", need " + std::to_string(m * w.k()) + "/" + std::to_string(m * w.n()));
+  }
+  if (!bias.empty() && bias.size() != w.n()) {
+    return make_error(
+        errc::shape_mismatch, where,
+        "bias: size " + std::to_string(bias.size()) + ", expected " + std::to_string(w.n()));
+  }
+  const float* b = bias.empty() ? nullptr : bias.data();
+  // Rows in pieces of about 1/8 of a thread's share (a multiple of the kernel's 8-row block),
+  // balanced at run time as the int4 products are (gemm).
+  const std::size_t threads = pool ? pool->size() : 1;
+  const std::size_t grain = std::max<std::size_t>(8, w.n() / (threads * 8) / 8 * 8);
+  parallel_for_balanced(pool, w.n(), grain, [&](std::size_t r0, std::size_t r1) {
+    std::unique_ptr<float[]> scratch;  // widens 16-bit rows once for many activation rows
+    if (const std::size_t f = dense_scratch_floats(w.k());
+        f > 0 && m > 1 && w.type() != DenseType::f32)
+      scratch.reset(new (std::nothrow) float[f]);
+    dense_matmul_rows(w.type(), w.data(), w.k(), x.data(), w.k(), m, b, y.data(), w.n(), r0, r1,
+                      scratch.get());
+  });
+  return {};
+}
 
 }  // namespace edgellm::kernels

@@ -315,7 +315,7 @@ struct AttentionCore {
     // whole and the causal part masked: twice the products of the triangle, at GEMM speed.
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const std::size_t kv_heads = c.num_key_value_heads;
-    // One scratch set per thread (thread t uses scratch[t], as cache/attention.hpp does),
+    // One scratch set per thread (thread t uses scratch[t], as kernels/attention.hpp does),
     // allocated here on the calling thread: a failure throws to quantize_model's guard, and
     // nothing may throw inside the region. The tasks cost the same, so a static split.
     struct Scratch {

@@ -5,7 +5,7 @@
 // and 128, at lengths 1, 7, 63, 64, 65, 129 and 300 reached by a prefill chunk of 5 rows, decode
 // rows and longer chunks (of which the last 8 positions attend, in one dispatch), in either of
 // two layers; against the
-// double-precision oracle on the stored keys and values (cache::reference::attention_stored
+// double-precision oracle on the stored keys and values (kernels::reference::attention_stored
 // over the CPU cache, whose codes the device holds bit for bit: kv_cache_test.cpp) within a
 // bound derived below, and against the CPU cache's own attend(); bad arguments are named.
 // Validation on.
@@ -13,7 +13,7 @@
 
 #include "backend/vulkan/kv_harness.hpp"
 #include "backend/vulkan/test_device.hpp"
-#include "edgellm/cache/reference_attention.hpp"
+#include "edgellm/kernels/reference_attention.hpp"
 #include "support/prelude.hpp"
 
 #include <algorithm>
@@ -25,6 +25,7 @@ namespace test_backend_vulkan_attention {
 
 namespace vk = edgellm::backend::vk;
 namespace cache = edgellm::cache;
+namespace kernels = edgellm::kernels;
 
 namespace {
 
@@ -59,7 +60,7 @@ constexpr std::size_t kChunks[] = {1, 5, 1, 56, 1, 1, 64, 1, 169, 1};
 // k, v: the stored (dequantised) keys and values of kv head g, [capacity][head_dim] each.
 double tolerance(const double* k, const double* v, std::size_t hd, const float* q, std::size_t p,
                  std::size_t wg, std::size_t per, std::size_t chunks) {
-  const double scale = cache::attention_scale(hd);
+  const double scale = kernels::attention_scale(hd);
   double e = 0.0, smax = -1e300, smin = 1e300, vmax = 0.0;
   for (std::size_t j = 0; j <= p; ++j) {
     double abs_sum = 0.0, s = 0.0;
@@ -128,15 +129,15 @@ void check_attention(vk::Device& dev, const Config& cfg, const vk::AttentionOpti
       for (std::size_t j = pos; j < pos + rows; ++j) {
         for (std::size_t c = 0; c < s.head_dim; ++c) {
           stored_k[(g * s.capacity + j) * s.head_dim + c] =
-              cache::detail::stored_key(view, g, j, c);
+              kernels::reference::stored_key(view, g, j, c);
           stored_v[(g * s.capacity + j) * s.head_dim + c] =
-              cache::detail::stored_value(view, g, j, c);
+              kernels::reference::stored_value(view, g, j, c);
         }
       }
     }
     for (std::size_t i = 0; i < n_q; ++i) {
       const std::span<const float> qi = std::span(q).subspan(i * q_len, q_len);
-      cache::reference::attention_stored(view, qi.data(), 1, q0 + i, s.heads, want.data());
+      kernels::reference::attention_stored(view, qi.data(), 1, q0 + i, s.heads, want.data());
       REQUIRE(cpu.attend(layer, qi, 1, q0 + i, s.heads, std::span(cpu_out).first(q_len), nullptr));
       for (std::size_t h = 0; h < s.heads; ++h) {
         const float* qh = qi.data() + h * s.head_dim;

@@ -116,7 +116,7 @@ void require_same_rows(DeviceKv& d, const Cache& cpu, std::size_t layer, std::si
         T dk, dv;
         std::memcpy(&dk, rows->k.data() + (r * hd + c) * sizeof(T), sizeof(T));
         std::memcpy(&dv, rows->v.data() + (r * hd + c) * sizeof(T), sizeof(T));
-        const T ck = view.k_head(g)[cache::detail::LayerView<T>::k_index(j, c, hd)];
+        const T ck = view.k_head(g)[kernels::KvLayerView<T>::k_index(j, c, hd)];
         const T cv = view.v_head(g)[j * hd + c];
         if (dk != ck || dv != cv) {
           if (++bad <= 5) {

@@ -62,7 +62,7 @@ struct AttentionOptions {
 ///   q, out  fp32 [rows][heads][head_dim] device buffers (at least that size)
 /// Row t (position p = first_pos + t), head h, kv head g = h / (heads / kv_heads):
 ///   s_j = dot(q * scale, k_j) [* ks_j]  (j = 0 .. p, scale = head_dim^-0.5 rounded to fp32 as
-///   cache::attention_scale does, ks_j the int8 key scale),
+///   kernels::attention_scale does, ks_j the int8 key scale),
 ///   out = sum_j exp(s_j - M) [vs_j] v_j / sum_j exp(s_j - M).
 /// Error against exact attention over the stored keys and values: the CPU bound of
 /// cache::DenseKVCache (2E + (2S + 2L + 2nb + 18)u) max |v| with the device's exp error
@@ -204,7 +204,7 @@ class Attention {
                     static_cast<std::uint32_t>(first_pos), static_cast<std::uint32_t>(heads),
                     static_cast<std::uint32_t>(cache.kv_heads()), static_cast<std::uint32_t>(hd),
                     cache.format() == KvFormat::int8 ? 1u : 0u,
-                    // cache::attention_scale (not included: it pulls in the CPU kernels)
+                    // kernels::attention_scale (not included: it pulls in the CPU kernels)
                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
     const Buffer* bound[] = {
         &cache.k_codes(), &cache.v_codes(), &cache.k_scales(), &cache.v_scales(), &q, &out};

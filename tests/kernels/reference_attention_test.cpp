@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests for edgellm/cache/reference_attention.hpp, the oracle the caches are tested against:
-// cases whose result is known in closed form, the GQA head mapping and causality.
-#include "edgellm/cache/reference_attention.hpp"
+// Tests for edgellm/kernels/reference_attention.hpp's oracle, which the attention kernels are
+// tested against: cases whose result is known in closed form, the GQA head mapping and
+// causality (the twin, attention_stored, is checked against it in quantized_kv_cache_test.cpp).
+#include "edgellm/kernels/reference_attention.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -9,13 +10,14 @@
 #include <cstddef>
 #include <vector>
 
-namespace test_cache_reference_attention {
+namespace test_kernels_reference_attention {
 
 namespace {
-using edgellm::cache::reference::attention;
+using edgellm::kernels::reference::attention;
 }  // namespace
 
-TEST_CASE("reference attention: one position returns its value, equal keys the mean", "[cache]") {
+TEST_CASE("reference attention: one position returns its value, equal keys the mean",
+          "[kernels]") {
   const std::size_t hd = 4;
   const std::vector<float> q = {0.5f, -1.0f, 2.0f, 0.25f};
   {
@@ -35,7 +37,7 @@ TEST_CASE("reference attention: one position returns its value, equal keys the m
   }
 }
 
-TEST_CASE("reference attention: softmax of the scaled scores, GQA heads, causal", "[cache]") {
+TEST_CASE("reference attention: softmax of the scaled scores, GQA heads, causal", "[kernels]") {
   // head_dim 1, two kv heads, four query heads (group 2), positions 0..2.
   const std::size_t hd = 1, heads = 4, kv_heads = 2, len = 3;
   const std::vector<float> k = {1.0f, 2.0f, 3.0f, /* kv head 1 */ -1.0f, 0.0f, 1.0f};
@@ -59,4 +61,4 @@ TEST_CASE("reference attention: softmax of the scaled scores, GQA heads, causal"
   CHECK(out2 == out);
 }
 
-}  // namespace test_cache_reference_attention
+}  // namespace test_kernels_reference_attention

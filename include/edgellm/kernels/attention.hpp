@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Causal GQA attention over a KV cache's stored keys and values, for every storage format
 // (fp32, fp16, int8 with per-(position, kv head) scales): the tiled layout, the xsimd kernels,
-// their double-precision twin, and the split over a thread pool. Used by DenseKVCache.
+// and the split over a thread pool, on a plain view of a layer's storage (KvLayerView). The
+// caches (cache/dense_kv_cache.hpp) store and append; they call attend_layer. The scalar twin
+// and oracle: kernels/reference_attention.hpp.
 //
 // Cost: every stored position of a kv head is read once per query and costs 2 G head_dim fp32
 // FMAs (keys and values, G = query heads per kv head) plus the conversion of 2 head_dim
@@ -41,7 +43,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-namespace edgellm::cache {
+namespace edgellm::kernels {
 
 /// The attention scale HF uses: head_dim^-0.5 computed in double, applied as an fp32 multiply.
 inline float attention_scale(std::size_t head_dim) noexcept {
@@ -68,31 +70,30 @@ inline constexpr bool attention_worth_forking(std::size_t n_q, std::size_t first
   return attention_macs(n_q, first_pos, heads, head_dim) >= kAttentionForkMinMacs;
 }
 
-namespace detail {
-
-/// Positions per key tile. Keys are stored transposed within a tile, [head_dim][kTile], so that
-/// one load of a column gives that coordinate of 16 consecutive positions: the scores of a tile
-/// are plain FMAs (a broadcast query coordinate times a column) with no horizontal sums, and each
-/// converted column serves every query head of a GQA group.
-inline constexpr std::size_t kTile = 16;
+/// Positions per key tile. Keys are stored transposed within a tile, [head_dim][kAttentionTile],
+/// so that one load of a column gives that coordinate of 16 consecutive positions: the scores of
+/// a tile are plain FMAs (a broadcast query coordinate times a column) with no horizontal sums,
+/// and each converted column serves every query head of a GQA group.
+inline constexpr std::size_t kAttentionTile = 16;
 /// Positions per softmax chunk. A query's positions [0, p] are split into chunks
-/// [b kChunk, (b + 1) kChunk) whatever the thread count; each chunk gets its own max, sum and
-/// weighted sum of values, merged in chunk order (flash-decoding), so the result does not
-/// depend on how chunks are spread over threads.
-inline constexpr std::size_t kChunk = 256;
-/// Value rows per pass of the weighted sum (so a pass's rows stay in L1 across column blocks).
-inline constexpr std::size_t kVBlock = 64;
+/// [b kAttentionChunk, (b + 1) kAttentionChunk) whatever the thread count; each chunk gets its
+/// own max, sum and weighted sum of values, merged in chunk order (flash-decoding), so the
+/// result does not depend on how chunks are spread over threads.
+inline constexpr std::size_t kAttentionChunk = 256;
 
-constexpr std::size_t round_up(std::size_t n, std::size_t m) noexcept { return (n + m - 1) / m * m; }
+/// Positions a cache allocates per kv head to hold `capacity`: whole key tiles.
+constexpr std::size_t attention_slots(std::size_t capacity) noexcept {
+  return (capacity + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
+}
 
 /// One layer of a cache, as the kernels read it. T: float (fp32), std::uint16_t (fp16 bits) or
 /// std::int8_t (codes; the stored value is code * scale). Per kv head g:
-///   k       + g * slots * head_dim   [slots / kTile][head_dim][kTile]   keys, tiles transposed
-///   v       + g * slots * head_dim   [slots][head_dim]                  values, row-major
+///   k       + g * slots * head_dim   [slots / 16][head_dim][16]   keys, tiles transposed
+///   v       + g * slots * head_dim   [slots][head_dim]            values, row-major
 ///   k_scale + g * slots, v_scale + g * slots   [slots] fp32 scales (null for fp32 / fp16)
-/// slots: positions allocated per head (a multiple of kTile).
+/// slots: positions allocated per head (attention_slots: a multiple of kAttentionTile).
 template <class T>
-struct LayerView {
+struct KvLayerView {
   const T* k = nullptr;
   const float* k_scale = nullptr;
   const T* v = nullptr;
@@ -109,29 +110,23 @@ struct LayerView {
   }
   /// Index of key (position j, coordinate c) within a head's key tiles.
   static std::size_t k_index(std::size_t j, std::size_t c, std::size_t head_dim) noexcept {
-    return ((j / kTile) * head_dim + c) * kTile + j % kTile;
+    return ((j / kAttentionTile) * head_dim + c) * kAttentionTile + j % kAttentionTile;
   }
 };
 
-/// A stored element as a number (exact).
-inline double element_value(float x) noexcept { return x; }
-inline double element_value(std::int8_t x) noexcept { return x; }
-inline double element_value(std::uint16_t x) noexcept { return kernels::f16_to_f32(x); }
+namespace detail {
+
+inline constexpr std::size_t kTile = kAttentionTile;
+inline constexpr std::size_t kChunk = kAttentionChunk;
+/// Value rows per pass of the weighted sum (so a pass's rows stay in L1 across column blocks).
+inline constexpr std::size_t kVBlock = 64;
+
+constexpr std::size_t round_up(std::size_t n, std::size_t m) noexcept { return (n + m - 1) / m * m; }
+
+/// A stored element as fp32 (exact).
 inline float element_f32(float x) noexcept { return x; }
 inline float element_f32(std::int8_t x) noexcept { return x; }
-inline float element_f32(std::uint16_t x) noexcept { return kernels::f16_to_f32(x); }
-
-/// The stored key / value (position j, coordinate c) of kv head g, dequantised (exact in double).
-template <class T>
-double stored_key(const LayerView<T>& kv, std::size_t g, std::size_t j, std::size_t c) noexcept {
-  const double x = element_value(kv.k_head(g)[LayerView<T>::k_index(j, c, kv.head_dim)]);
-  return kv.k_scale ? x * static_cast<double>(kv.k_scale_head(g)[j]) : x;
-}
-template <class T>
-double stored_value(const LayerView<T>& kv, std::size_t g, std::size_t j, std::size_t c) noexcept {
-  const double x = element_value(kv.v_head(g)[j * kv.head_dim + c]);
-  return kv.v_scale ? x * static_cast<double>(kv.v_scale_head(g)[j]) : x;
-}
+inline float element_f32(std::uint16_t x) noexcept { return f16_to_f32(x); }
 
 // ---------------------------------------------------------------------------------------------
 // Loading stored elements as fp32 batches (exact conversions).
@@ -208,7 +203,7 @@ EDGELLM_ALWAYS_INLINE fbatch<Arch> load_f32(const std::uint16_t* p) noexcept {
 #endif
   {
     alignas(64) float buf[fbatch<Arch>::size];
-    for (std::size_t i = 0; i < fbatch<Arch>::size; ++i) buf[i] = kernels::f16_to_f32(p[i]);
+    for (std::size_t i = 0; i < fbatch<Arch>::size; ++i) buf[i] = f16_to_f32(p[i]);
     return fbatch<Arch>::load_aligned(buf);
   }
 }
@@ -257,7 +252,7 @@ inline std::size_t partial_floats(std::size_t head_dim) noexcept { return head_d
 ///   m = max_j s_j,  e_j = exp(s_j - m) (xsimd::exp),  l = sum of e_j (per-lane partial sums)
 ///   w_j = e_j (* v_scale_j),  o_c = sum_j w_j v_jc    one running FMA sum over j in order
 template <class Arch, class T, bool Scaled, std::size_t NH>
-void chunk_partial(const LayerView<T>& kv, std::size_t g, const float* qs, std::size_t nh,
+void chunk_partial(const KvLayerView<T>& kv, std::size_t g, const float* qs, std::size_t nh,
                    std::size_t j0, std::size_t n, float* s, float* part) noexcept {
   using B = fbatch<Arch>;
   constexpr std::size_t W = B::size;
@@ -441,7 +436,7 @@ constexpr std::size_t chunks_of(std::size_t pos) noexcept { return pos / kChunk 
 /// All chunks of one (query, kv head) pair for query heads [0, group): partial results of chunk
 /// b at part + b * group * partial_floats(hd), head r at + r * partial_floats(hd).
 template <class Arch, class T, bool Scaled>
-void chunk_task(const LayerView<T>& kv, std::size_t g, const float* q, std::size_t group,
+void chunk_task(const KvLayerView<T>& kv, std::size_t g, const float* q, std::size_t group,
                 std::size_t pos, std::size_t b, float scale, float* scratch, float* part) noexcept {
   const std::size_t hd = kv.head_dim, j0 = b * kChunk, n = std::min(kChunk, pos + 1 - j0);
   float* qs = scratch;
@@ -466,10 +461,13 @@ void chunk_task(const LayerView<T>& kv, std::size_t g, const float* q, std::size
   }
 }
 
+}  // namespace detail
+
 /// Floats of scratch attend_layer needs for the given call.
 inline std::size_t attend_scratch_floats(std::size_t n_q, std::size_t first_pos,
                                          std::size_t heads, std::size_t kv_heads,
                                          std::size_t head_dim, std::size_t threads) noexcept {
+  using namespace detail;  // the chunk kernels' sizes
   const std::size_t group = heads / kv_heads, slot = group * partial_floats(head_dim);
   const std::size_t per_thread = chunk_scratch_floats(head_dim) + chunks_of(first_pos + n_q - 1) * slot;
   std::size_t items = 0;  // every (query, kv head, chunk), for the chunk-parallel mode
@@ -487,8 +485,10 @@ inline std::size_t attend_scratch_floats(std::size_t n_q, std::size_t first_pos,
 /// the same bits, so results do not depend on the pool (null: the calling thread).
 /// scratch: grown to attend_scratch_floats(...).
 template <class Arch, class T, bool Scaled>
-void attend_layer(const LayerView<T>& kv, const float* q, std::size_t n_q, std::size_t first_pos,
-                  std::size_t heads, float* out, ThreadPool* pool, std::vector<float>& scratch) {
+void attend_layer(const KvLayerView<T>& kv, const float* q, std::size_t n_q,
+                  std::size_t first_pos, std::size_t heads, float* out, ThreadPool* pool,
+                  std::vector<float>& scratch) {
+  using namespace detail;  // the chunk kernels
   const std::size_t hd = kv.head_dim, kvh = kv.kv_heads, group = heads / kvh;
   const std::size_t slot = group * partial_floats(hd);
   const std::size_t threads = pool ? pool->size() : 1;
@@ -563,62 +563,7 @@ void attend_layer(const LayerView<T>& kv, const float* q, std::size_t n_q, std::
   }
 }
 
-}  // namespace detail
-
-namespace reference {
-
-/// Double-precision twin of detail::attend_layer on the stored data: the same chunks of
-/// detail::kChunk positions with their own max and sum, merged in order, in plain loops over
-/// the stored codes and scales (values dequantised exactly). Agrees with
-/// reference::attention on the dequantised keys and values to double rounding; the xsimd path
-/// agrees with it within the bound stated on DenseKVCache.
-///   q, out: [n_q][heads][head_dim]
-template <class T>
-void attention_stored(const detail::LayerView<T>& kv, const float* q, std::size_t n_q,
-                      std::size_t first_pos, std::size_t heads, float* out) {
-  const std::size_t hd = kv.head_dim, group = heads / kv.kv_heads;
-  const double scale = static_cast<double>(attention_scale(hd));
-  std::vector<double> m, l, o, s(detail::kChunk);
-  for (std::size_t i = 0; i < n_q; ++i) {
-    const std::size_t pos = first_pos + i, nb = detail::chunks_of(pos);
-    for (std::size_t h = 0; h < heads; ++h) {
-      const std::size_t g = h / group;
-      const float* qh = q + (i * heads + h) * hd;
-      m.assign(nb, 0.0);
-      l.assign(nb, 0.0);
-      o.assign(nb * hd, 0.0);
-      for (std::size_t b = 0; b < nb; ++b) {
-        const std::size_t j0 = b * detail::kChunk, n = std::min(detail::kChunk, pos + 1 - j0);
-        double mx = -std::numeric_limits<double>::infinity();
-        for (std::size_t j = 0; j < n; ++j) {
-          double d = 0.0;
-          for (std::size_t c = 0; c < hd; ++c)
-            d += static_cast<double>(qh[c]) * detail::stored_key(kv, g, j0 + j, c);
-          s[j] = d * scale;
-          mx = std::max(mx, s[j]);
-        }
-        m[b] = mx;
-        for (std::size_t j = 0; j < n; ++j) {
-          const double e = std::exp(s[j] - mx);
-          l[b] += e;
-          for (std::size_t c = 0; c < hd; ++c) o[b * hd + c] += e * detail::stored_value(kv, g, j0 + j, c);
-        }
-      }
-      const double mx = *std::max_element(m.begin(), m.end());
-      double lt = 0.0;
-      for (std::size_t b = 0; b < nb; ++b) lt += std::exp(m[b] - mx) * l[b];
-      for (std::size_t c = 0; c < hd; ++c) {
-        double acc = 0.0;
-        for (std::size_t b = 0; b < nb; ++b) acc += std::exp(m[b] - mx) * o[b * hd + c];
-        out[(i * heads + h) * hd + c] = static_cast<float>(acc / lt);
-      }
-    }
-  }
-}
-
-}  // namespace reference
-
-}  // namespace edgellm::cache
+}  // namespace edgellm::kernels
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
