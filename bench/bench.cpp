@@ -60,6 +60,7 @@
 
 #if EDGELLM_BENCH_VULKAN
 #include "edgellm/backend/vulkan/backend.hpp"
+#include "edgellm/session/vulkan.hpp"
 #endif
 
 namespace bench = edgellm::bench;
@@ -304,22 +305,14 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
   const std::size_t llc = bench::last_level_cache_bytes();
   const bool roofline_applies =
       dev->info().type != VK_PHYSICAL_DEVICE_TYPE_CPU || (llc != 0 && per_token > llc);
-  using VkModel = model::Transformer<vk::KVCache, vk::Backend>;
   model::TransformerOptions to;
   to.context_size = P + N + 24;
   to.max_batch = std::max<std::size_t>(P, 64);
   to.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
-  const model::ModelConfig& c = w.config;
-  auto kvc = vk::KVCache::create(*dev, kv == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16,
-                                 c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
-                                 to.context_size);
-  if (!kvc) return (bench::note("[vulkan] {}", kvc.error().message), 1);
   vk::BackendOptions bo;
   bo.gemv = gemv;
-  auto b = vk::Backend::create(*dev, VkModel::model_shape(c, to.max_batch),
-                               backend::Options{nullptr, to.path, to.isa, nullptr}, bo);
-  if (!b) return (bench::note("[vulkan] {}", b.error().message), 1);
-  auto tr = VkModel::assemble(*weights, to, std::move(*kvc), std::move(*b));
+  auto tr = make_vulkan_transformer(
+      *dev, *weights, to, kv == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16, bo);
   if (!tr) return (bench::note("[vulkan] {} (run with --backend cpu)", tr.error().message), 1);
   const std::string variant = tr->backend().gemv_variant();
   const bench::value gemv_cell = variant.empty() ? bench::value() : bench::value(variant);

@@ -117,15 +117,15 @@ inline result<Session> make_vulkan_session(
 
 /// A device and the model on it; the model is destroyed first (it holds device objects).
 struct VulkanModel {
-  using Model = model::Transformer<backend::vk::KVCache, backend::vk::Backend>;
+  using Model = edgellm::VulkanModel;
   std::unique_ptr<backend::vk::Device> device;
   std::optional<Model> model;
 };
 
-/// Opens the Vulkan device (`device_index`, or the backend's rule) and assembles `weights` on it
-/// with a KV cache of `kv` (int8 or f16; fp32 has no device format) for options.context_size
-/// positions, the int4 decode GEMVs the `gemv` build (automatic reads options.path). Errors say
-/// what is missing and how to fall back to --backend cpu.
+/// Opens the Vulkan device (`device_index`, or the backend's rule) and builds `weights` on it
+/// (make_vulkan_transformer) with a KV cache of `kv` (int8 or f16; fp32 has no device format)
+/// for options.context_size positions, the int4 decode GEMVs the `gemv` build (automatic reads
+/// options.path). Errors say what is missing and how to fall back to --backend cpu.
 inline result<VulkanModel> make_vulkan_model(
     std::shared_ptr<const model::TransformerWeights> weights,
     const model::TransformerOptions& options, cache::KvType kv,
@@ -136,25 +136,20 @@ inline result<VulkanModel> make_vulkan_model(
     return make_error(errc::unsupported, "--backend vulkan",
                       "--kv-type f32: the device caches hold int8 or f16; choose one of them");
   }
+  // The context is checked before the device opens: a bad --ctx is a usage error, not a
+  // reason to fall back to the CPU.
   auto ctx = VulkanModel::Model::checked_context(*weights, options);
   if (!ctx) return ctx.error();
   vk::DeviceOptions dopts;
   dopts.device_index = device_index;
   auto dev = vk::Device::create(dopts);
   if (!dev) return with_cpu_fallback(dev.error());
-  const model::ModelConfig& c = weights->config;
-  auto cache = vk::KVCache::create(**dev, kv == cache::KvType::int8 ? vk::KvFormat::int8
-                                                                     : vk::KvFormat::f16,
-                                   c.num_hidden_layers, c.num_key_value_heads, c.head_dim, *ctx);
-  if (!cache) return with_cpu_fallback(cache.error());
   vk::BackendOptions bo;
   bo.gemv = gemv;
-  auto b = vk::Backend::create(**dev, VulkanModel::Model::model_shape(c, options.max_batch),
-                               backend::Options{nullptr, options.path, options.isa, nullptr}, bo);
-  if (!b) return with_cpu_fallback(b.error());
-  model::TransformerOptions o = options;
-  o.context_size = *ctx;
-  auto t = VulkanModel::Model::assemble(std::move(weights), o, std::move(*cache), std::move(*b));
+  auto t = make_vulkan_transformer(**dev, std::move(weights), options,
+                                   kv == cache::KvType::int8 ? vk::KvFormat::int8
+                                                             : vk::KvFormat::f16,
+                                   bo);
   if (!t) return with_cpu_fallback(t.error());
   VulkanModel out;
   out.device = std::move(*dev);

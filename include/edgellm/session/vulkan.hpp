@@ -13,6 +13,10 @@
 // Engine with EngineOptions::load.lm_head = as_stored (its default). KV caches: int8 or f16.
 // The int4 decode GEMVs run W4A8 where the device accelerates integer dot products, fp32
 // elsewhere (VulkanSessionOptions::backend_options forces either; backend/vulkan/backend.hpp).
+//
+// make_vulkan_transformer is the one place a Transformer is built on a device (a cache, a
+// backend, assemble): the Session, the CLI's --backend vulkan and edgellm-bench use it. It lives
+// here, not in backend/vulkan/, because backend/ sits below model/ (tools/check_layers.py).
 #pragma once
 
 #include "edgellm/backend/vulkan/backend.hpp"
@@ -43,6 +47,34 @@ struct VulkanSessionOptions {
 
 /// The model type of a Vulkan Session.
 using VulkanModel = model::Transformer<backend::vk::KVCache, backend::vk::Backend>;
+
+/// A Transformer over `weights` on `device` (which must outlive it): a device KV cache of `kv`
+/// for the context `options` give (VulkanModel::checked_context), a backend for
+/// options.max_batch rows on options.path (its int4 GEMVs as `backend_options` choose), then
+/// assemble. options.pool and options.profile do not reach the device. Errors: the options, out
+/// of device memory, weights the shaders do not run (each says what is missing).
+inline result<VulkanModel> make_vulkan_transformer(
+    backend::vk::Device& device, std::shared_ptr<const model::TransformerWeights> weights,
+    const model::TransformerOptions& options, backend::vk::KvFormat kv,
+    const backend::vk::BackendOptions& backend_options = {}) {
+  namespace vk = backend::vk;
+  if (!weights) {
+    return make_error(errc::invalid_argument, "make_vulkan_transformer", "weights: null");
+  }
+  auto ctx = VulkanModel::checked_context(*weights, options);
+  if (!ctx) return ctx.error();
+  const model::ModelConfig& c = weights->config;
+  auto cache = vk::KVCache::create(device, kv, c.num_hidden_layers, c.num_key_value_heads,
+                                   c.head_dim, *ctx);
+  if (!cache) return cache.error();
+  auto b = vk::Backend::create(device, VulkanModel::model_shape(c, options.max_batch),
+                               backend::Options{nullptr, options.path, options.isa, nullptr},
+                               backend_options);
+  if (!b) return b.error();
+  model::TransformerOptions o = options;
+  o.context_size = *ctx;
+  return VulkanModel::assemble(std::move(weights), o, std::move(*cache), std::move(*b));
+}
 
 /// A Session over `engine` on a Vulkan device. SessionOptions apply as on the CPU, except:
 /// kv_type int8 or f16 (the device caches), pool (the device computes), memory_budget (it plans
@@ -78,20 +110,8 @@ inline result<Session> create_vulkan_session(std::shared_ptr<const Engine> engin
     const vk::KvFormat format =
         options.kv_type == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16;
     const auto build = [&](const std::shared_ptr<const model::TransformerWeights>& w,
-                           const model::TransformerOptions& o) -> result<VulkanModel> {
-      auto ctx = VulkanModel::checked_context(*w, o);
-      if (!ctx) return ctx.error();
-      const model::ModelConfig& c = w->config;
-      auto kv = vk::KVCache::create(*dev, format, c.num_hidden_layers, c.num_key_value_heads,
-                                    c.head_dim, *ctx);
-      if (!kv) return kv.error();
-      auto b = vk::Backend::create(*dev, VulkanModel::model_shape(c, o.max_batch),
-                                   backend::Options{nullptr, o.path, o.isa, nullptr},
-                                   vulkan.backend_options);
-      if (!b) return b.error();
-      model::TransformerOptions oc = o;
-      oc.context_size = *ctx;
-      return VulkanModel::assemble(w, oc, std::move(*kv), std::move(*b));
+                           const model::TransformerOptions& o) {
+      return make_vulkan_transformer(*dev, w, o, format, vulkan.backend_options);
     };
     auto target = build(engine->weights(), to);
     if (!target) return target.error();
