@@ -28,7 +28,7 @@ TEST_CASE("json escape quotes, escapes control characters and keeps UTF-8", "[io
   CHECK(json::escape("plain text") == R"("plain text")");
   CHECK(json::escape("a\"b\\c") == R"("a\"b\\c")");
   CHECK(json::escape("\n\t\r\b\f") == R"("\n\t\r\b\f")");
-  CHECK(json::escape(std::string_view("\x00\x01\x1f", 3)) == R"("\u0000\u0001\u001F")");
+  CHECK(json::escape(std::string_view("\x00\x01\x1f", 3)) == R"("\u0000\u0001\u001f")");
   CHECK(json::escape("/ \xC3\xA9 \x7f") == "\"/ \xC3\xA9 \x7f\"");  // '/' and DEL as is
   std::string out = "x=";
   json::append_escaped(out, "q\"");

@@ -16,8 +16,10 @@
 namespace edgellm::io::json {
 
 /// Appends `s` to `out` as a JSON string literal, quotes included: '"' and '\\' escaped, the
-/// control characters below 0x20 written as \b \f \n \r \t or \u00XX, everything else (UTF-8
-/// included) copied as is. The bytes are not validated: valid UTF-8 in, valid JSON out.
+/// control characters below 0x20 written as \b \f \n \r \t or \u00xx (lower-case hex, as
+/// Python's json.dumps and serde_json write them: chat templates' tojson must match Hugging
+/// Face's renderings byte for byte), everything else (UTF-8 included) copied as is. The bytes
+/// are not validated: valid UTF-8 in, valid JSON out.
 inline void append_escaped(std::string& out, std::string_view s) {
   out += '"';
   for (const char ch : s) {
@@ -46,9 +48,10 @@ inline void append_escaped(std::string& out, std::string_view s) {
         break;
       default:
         if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04X", c);
-          out += buf;
+          static constexpr char hex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += hex[c >> 4];
+          out += hex[c & 15];
         } else {
           out += ch;
         }

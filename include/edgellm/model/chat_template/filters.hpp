@@ -8,6 +8,7 @@
 
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/detail/utf8.hpp"
+#include "edgellm/io/json_write.hpp"
 #include "edgellm/model/chat_template/integer.hpp"
 #include "edgellm/model/chat_template/value.hpp"
 #include "edgellm/result.hpp"
@@ -186,32 +187,6 @@ inline std::string replace(std::string_view s, std::string_view from, std::strin
 
 // ------------------------------------------------------------------ JSON
 
-inline void json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (u < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += kHex[u >> 4];
-          out += kHex[u & 15];
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
 /// json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys); indent < 0: none.
 inline result<void> to_json(std::string& out, const Value& v, int indent, bool sort_keys, int level) {
   const auto newline = [&](int lv) {
@@ -227,7 +202,7 @@ inline result<void> to_json(std::string& out, const Value& v, int indent, bool s
       out += r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r;
       return {};
     }
-    case Value::Kind::string: json_string(out, v.as_string()); return {};
+    case Value::Kind::string: io::json::append_escaped(out, v.as_string()); return {};
     case Value::Kind::list: {
       const List& xs = v.as_list();
       if (xs.empty()) {
@@ -257,7 +232,7 @@ inline result<void> to_json(std::string& out, const Value& v, int indent, bool s
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (i) out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(level + 1);
-        json_string(out, items[i]->first);
+        io::json::append_escaped(out, items[i]->first);
         out += ": ";
         if (auto r = to_json(out, items[i]->second, indent, sort_keys, level + 1); !r) return r;
       }
