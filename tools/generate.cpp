@@ -657,16 +657,15 @@ int run(const Args& a, Session& session) {
   if (!chat_template) {
     std::fprintf(stderr, "warning: %s has no chat_template in tokenizer_config.json; using ChatML\n",
                  a.model.c_str());
+    auto chatml = model::ChatTemplate::chatml();
+    if (!chatml) return fail("chat template: " + chatml.error().message);
+    chat_template = std::move(*chatml);
   } else {
     go.add_special = false;
     if (const auto& eos = chat_template->eos_token())
       if (auto id = tokenizer.token_to_id(*eos)) go.stop_ids.push_back(*id);
   }
-  const auto render = [&](const std::vector<decode::ChatMessage>& msgs) -> result<std::string> {
-    if (!chat_template) return decode::chatml_prompt(msgs);
-    return chat_template->render(msgs);
-  };
-  std::vector<decode::ChatMessage> messages;
+  std::vector<model::ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});
   if (auto im_end = tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
   go.parse_special = true;
@@ -674,7 +673,7 @@ int run(const Args& a, Session& session) {
   const bool prompt_user = !a.quiet && ::isatty(STDIN_FILENO) == 1;  // not for piped input
   // The conversation as token ids, `reply` (an answer so far) after its generation prompt.
   const auto encode_chat = [&](const std::string& reply) -> result<std::vector<std::int32_t>> {
-    auto text = render(messages);
+    auto text = chat_template->render(messages);
     if (!text) return text.error();
     return tokenizer.encode(*text + reply, {.add_special = go.add_special, .parse_special = true});
   };

@@ -119,7 +119,7 @@ int render_chat(const std::string& tokenizer_path, const std::string& messages_p
   } else {
     fmt::print(stderr, "edgellm-tokenize: warning: no chat_template in {}/tokenizer_config.json; using ChatML\n",
                dir.empty() ? "." : dir);
-    auto chatml = edgellm::model::ChatTemplate::parse(edgellm::model::kChatMLTemplate, "ChatML");
+    auto chatml = edgellm::model::ChatTemplate::chatml();
     if (!chatml) return fail(chatml.error().message);
     auto out = chatml->render_json(*messages, options);
     if (!out) return fail(out.error().message);

@@ -205,15 +205,4 @@ TEST_CASE("generate: the plain decoder reuses the prefix its model holds", "[gen
   CHECK(m.position() == prompt.size());
 }
 
-TEST_CASE("generate: ChatML prompt", "[generate]") {
-  const std::vector<decode::ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi"}};
-  CHECK(decode::chatml_prompt(msgs) ==
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-        "<|im_start|>assistant\n");
-  const auto tok = load_tokenizer();
-  auto ids = tok.encode(decode::chatml_prompt(msgs), {.add_special = true, .parse_special = true});
-  REQUIRE(ids);
-  CHECK(ids->front() == *tok.token_to_id("<|im_start|>"));
-}
-
 }  // namespace test_decode_generate

@@ -390,6 +390,30 @@ TEST_CASE("Chat template integer arithmetic is checked, never wrapped", "[chat_t
   }
 }
 
+TEST_CASE("ChatTemplate::chatml renders ChatML, the fallback format", "[chat_template]") {
+  auto t = ChatTemplate::chatml();
+  REQUIRE(t.has_value());
+  const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi"}};
+  auto prompt = t->render(msgs);
+  REQUIRE(prompt.has_value());
+  CHECK(*prompt ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  ChatRenderOptions opt;
+  opt.add_generation_prompt = false;
+  prompt = t->render(msgs, opt);
+  REQUIRE(prompt.has_value());
+  CHECK(*prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  auto tok = edgellm::model::Tokenizer::load(edgellm::test::source_dir() +
+                                             "/tests/data/tokenizer/qwen2_bytelevel.json");
+  REQUIRE(tok.has_value());
+  edgellm::model::EncodeOptions eo;
+  eo.parse_special = true;
+  auto ids = tok->encode(*prompt, eo);
+  REQUIRE(ids.has_value());
+  CHECK(ids->front() == *tok->token_to_id("<|im_start|>"));
+}
+
 TEST_CASE("A rendered Qwen ChatML prompt encodes its markers as special tokens", "[chat_template]") {
   // The test tokenizer of tests/data/tokenizer gives <|im_start|> and <|im_end|> their own ids,
   // as the real Qwen2 vocabulary does (151644, 151645).

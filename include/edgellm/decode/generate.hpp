@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Text generation: the token-source contract (plain or speculative decoding), the plain decoder,
 // and the loop that streams text pieces to a callback with stop ids, stop strings, a token
-// budget and statistics. Also Qwen2's ChatML prompt format.
+// budget and statistics.
 #pragma once
 
 #include "edgellm/decode/model.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/detail/aligned_buffer.hpp"
-#include "edgellm/model/chat_message.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/result.hpp"
 
@@ -267,25 +266,6 @@ result<GenerateStats> generate(Source& source, Sampler& sampler, const model::To
       if (stats.new_tokens >= options.max_new_tokens) return finish(StopReason::max_tokens);
     }
   }
-}
-
-/// One message of a chat (model/chat_message.hpp).
-using ChatMessage = model::ChatMessage;
-
-/// Qwen2's ChatML prompt:  <|im_start|>{role}\n{content}<|im_end|>\n ... then, with
-/// `add_generation_prompt`, "<|im_start|>assistant\n". Encode the result with parse_special so
-/// the markers become their special tokens; generation stops at <|im_end|>.
-inline std::string chatml_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt = true) {
-  std::string out;
-  for (const ChatMessage& m : messages) {
-    out += "<|im_start|>";
-    out += m.role;
-    out += '\n';
-    out += m.content;
-    out += "<|im_end|>\n";
-  }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
 }
 
 }  // namespace edgellm::decode

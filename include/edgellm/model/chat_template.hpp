@@ -8,7 +8,7 @@
 // construct and its line:column, checked when the template is parsed where possible.
 #pragma once
 
-#include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/detail/guard_exceptions.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/model/chat_message.hpp"
 #include "edgellm/model/chat_template/evaluator.hpp"
@@ -32,8 +32,10 @@
 
 namespace edgellm::model {
 
-/// ChatML, Qwen2's format: the fallback for checkpoints without a chat_template. Renders as
-/// decode::chatml_prompt does.
+/// ChatML, Qwen2's format and the fallback for checkpoints without a chat_template (see
+/// ChatTemplate::chatml): "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then, with
+/// add_generation_prompt, "<|im_start|>assistant\n". Encode the rendering with parse_special so
+/// the markers become their special tokens; generation stops at <|im_end|>.
 inline constexpr std::string_view kChatMLTemplate =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
@@ -72,6 +74,9 @@ class ChatTemplate {
   /// As load(), but an absent tokenizer_config.json or one without a chat_template is an empty
   /// optional rather than an error (the caller falls back to a default format).
   static result<std::optional<ChatTemplate>> find(const std::string& dir_or_tokenizer_config_json);
+
+  /// kChatMLTemplate, parsed: what a checkpoint without a chat_template is rendered with.
+  static result<ChatTemplate> chatml() { return parse(kChatMLTemplate, "ChatML"); }
 
   /// Renders `messages` (each a dict with "role" and "content").
   result<std::string> render(std::span<const ChatMessage> messages, const ChatRenderOptions& options = {}) const;
