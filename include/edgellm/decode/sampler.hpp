@@ -3,6 +3,7 @@
 // portable seeded random generator so that a seed gives the same tokens on every platform.
 #pragma once
 
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -17,11 +18,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::decode {
 
@@ -316,6 +313,4 @@ class Sampler {
 
 }  // namespace edgellm::decode
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

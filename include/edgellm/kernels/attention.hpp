@@ -15,6 +15,7 @@
 #pragma once
 
 #include "edgellm/config.hpp"
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -35,13 +36,7 @@
 #include <arm_neon.h>
 #endif
 
-// GCC 12 reports a false -W(maybe-)uninitialized inside its own AVX-512 intrinsics
-// (`__m512 __Y = __Y;`, GCC bug 105593) wherever they are inlined into a kernel.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -565,6 +560,4 @@ void attend_layer(const KvLayerView<T>& kv, const float* q, std::size_t n_q,
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

@@ -22,13 +22,10 @@
 #include <arm_neon.h>
 #endif
 
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/kernels/float16.hpp"
 
-// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -323,6 +320,4 @@ void dense_matmul_rows(DenseType t, const std::byte* w, std::size_t k, const flo
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

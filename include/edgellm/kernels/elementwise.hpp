@@ -4,18 +4,14 @@
 #pragma once
 
 #include "edgellm/config.hpp"
+#include "edgellm/detail/diagnostics.hpp"
 
 #include <cmath>
 #include <cstddef>
 
 #include <xsimd/xsimd.hpp>
 
-// GCC 12's false -Wmaybe-uninitialized inside its AVX-512 intrinsics (bug 105593), reached
-// through xsimd::exp; see kernels/gemv_q4.hpp.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -99,6 +95,4 @@ inline void add(float* EDGELLM_RESTRICT x, const float* EDGELLM_RESTRICT y, std:
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

@@ -8,17 +8,14 @@
 // L1 while a chunk of X sits in L2 (BLIS's loop order). Written once with xsimd.
 #pragma once
 
+#include "edgellm/detail/diagnostics.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 
 #include <xsimd/xsimd.hpp>
 
-// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -219,6 +216,4 @@ void gemm_f32_rows(const float* packed, std::size_t n, std::size_t k, const floa
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

@@ -10,15 +10,11 @@
 #include <xsimd/xsimd.hpp>
 
 #include "edgellm/config.hpp"
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 
-// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics
-// (`__m512 __Y = __Y;`, GCC bug 105593) wherever they are inlined into a kernel.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -121,6 +117,4 @@ void gemm_q4_exact_tiles(const Q4Matrix& w, const float* EDGELLM_RESTRICT x, std
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

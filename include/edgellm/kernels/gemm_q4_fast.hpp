@@ -13,14 +13,12 @@
 #include <xsimd/xsimd.hpp>
 
 #include "edgellm/config.hpp"
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/q8_activations.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see gemv_q4.hpp
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -169,6 +167,4 @@ void gemm_q4_fast_tiles(const Q4Matrix& w, const Q8ActivationsView& a,
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

@@ -15,6 +15,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "edgellm/config.hpp"
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/kernels/q8_activations.hpp"
 #include "edgellm/kernels/q8_matrix.hpp"
@@ -24,10 +25,7 @@
 #include "edgellm/kernels/arch/neon_q8_fast.hpp"
 #include "edgellm/kernels/arch/x86_q8_fast.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see gemv_q4.hpp
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -249,6 +247,4 @@ status gemm(const Q8Matrix& w, std::span<const float> x, std::size_t m, std::spa
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

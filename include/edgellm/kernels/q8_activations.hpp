@@ -10,11 +10,9 @@
 #include <xsimd/xsimd.hpp>
 
 #include "edgellm/config.hpp"
+#include "edgellm/detail/diagnostics.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see gemv_q4.hpp
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels {
 
@@ -105,6 +103,4 @@ void quantize_activations_q8(const float* EDGELLM_RESTRICT x, std::size_t ldx,
 
 }  // namespace edgellm::kernels
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END

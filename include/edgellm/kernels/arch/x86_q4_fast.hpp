@@ -14,12 +14,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/kernels/formats.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see gemv_q4.hpp
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels::arch {
 
@@ -203,8 +201,6 @@ struct Q4FastMicroAvx2 {
 
 }  // namespace edgellm::kernels::arch
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END
 
 #endif  // EDGELLM_X86_MICROKERNELS

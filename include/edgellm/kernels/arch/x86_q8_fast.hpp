@@ -16,13 +16,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "edgellm/detail/diagnostics.hpp"
 #include "edgellm/kernels/q8_activations.hpp"
 #include "edgellm/kernels/q8_matrix.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see gemv_q4.hpp
-#endif
+EDGELLM_SUPPRESS_GCC105593_BEGIN  // see detail/diagnostics.hpp
 
 namespace edgellm::kernels::arch {
 
@@ -183,8 +181,6 @@ gemm_q8_fast_rows_avx512_vnni(const Q8Matrix& w, const Q8ActivationsView& a, con
 
 }  // namespace edgellm::kernels::arch
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+EDGELLM_SUPPRESS_GCC105593_END
 
 #endif  // EDGELLM_X86_MICROKERNELS
