@@ -30,7 +30,7 @@
 #include "edgellm/decode/prompt_cache.hpp"
 #include "edgellm/decode/sampler.hpp"
 #include "edgellm/decode/speculative.hpp"
-#include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/detail/guard_exceptions.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/model/weights.hpp"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for edgellm/detail/aligned_buffer.hpp: alignment for each MemoryUse, typed arrays,
 // zero-size requests and moves; allocation failures as errc::out_of_memory (try_resize,
-// try_allocate_aligned) and the exception guard.
+// try_allocate_aligned).
 #include "edgellm/detail/aligned_buffer.hpp"
 
 #include <catch2/catch.hpp>
@@ -10,9 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
-#include <stdexcept>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace test_detail_aligned_buffer {
@@ -87,40 +85,6 @@ TEST_CASE("try_resize / try_allocate_aligned: a failed allocation is an error na
   auto ok = d::try_allocate_aligned<float>(16, "test", "scratch");
   REQUIRE(ok);
   CHECK(*ok != nullptr);
-}
-
-TEST_CASE("guard_exceptions: an escaping exception becomes an error", "[detail]") {
-  using edgellm::errc;
-  using edgellm::result;
-  const auto run = [](auto thrower) {
-    return d::guard_exceptions("f", [&]() -> result<int> {
-      thrower();
-      return 1;
-    });
-  };
-  auto r = run([] { throw std::bad_alloc(); });
-  REQUIRE_FALSE(r);
-  CHECK(r.error().code == errc::out_of_memory);
-  CHECK(r.error().message == "[f] out of memory");
-  r = run([] {
-    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
-  });
-  REQUIRE_FALSE(r);
-  CHECK(r.error().code == errc::out_of_memory);
-  r = run([] { throw std::runtime_error("boom"); });
-  REQUIRE_FALSE(r);
-  CHECK(r.error().code == errc::internal);
-  CHECK(r.error().message == "[f] boom");
-  r = run([] { throw 42; });
-  REQUIRE_FALSE(r);
-  CHECK(r.error().code == errc::internal);
-  r = run([] {});
-  REQUIRE(r);
-  CHECK(*r == 1);
-  edgellm::status st =
-      d::guard_exceptions("g", []() -> edgellm::status { throw std::bad_alloc(); });
-  REQUIRE_FALSE(st);
-  CHECK(st.error().code == errc::out_of_memory);
 }
 
 }  // namespace test_detail_aligned_buffer

@@ -3,18 +3,16 @@
 // unique_ptr, for packed weights, dense weight copies, KV caches and matmul scratch. Also the
 // one way an allocation failure becomes an error (errc::out_of_memory naming what and how many
 // bytes): try_allocate_aligned, try_resize / try_assign for std::vector growth sized from a file
-// or an argument, and guard_exceptions, the last resort at the public entry points.
+// or an argument (guard_exceptions.hpp is the last resort at the public entry points).
 #pragma once
 
 #include <cstddef>
-#include <exception>
 #include <limits>
 #include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 
 #include "edgellm/result.hpp"
@@ -143,36 +141,6 @@ status try_reserve(Vec& v, std::size_t n, std::string_view where, std::string_vi
     return allocation_error(where, what, bytes);
   }
   return {};
-}
-
-/// Runs fn() (returning a result<T> or a status) and turns an exception that escapes it into an
-/// error: std::bad_alloc / std::length_error into out_of_memory, a std::system_error (a thread
-/// that could not start) into out_of_memory with its text, anything else into errc::internal.
-/// The backstop of the public entry points (Engine::load, Session::create / generate,
-/// model::load_weights, Tokenizer::load); the allocations sized by input are checked where they
-/// happen, so the message can say what was being allocated.
-template <class Fn>
-auto guard_exceptions(std::string_view where, Fn&& fn) noexcept -> decltype(fn()) {
-  const auto fail = [&](errc code, const char* what) noexcept -> error {
-    try {
-      return make_error(code, where, what);
-    } catch (...) {
-      return error{code, {}};
-    }
-  };
-  try {
-    return std::forward<Fn>(fn)();
-  } catch (const std::bad_alloc&) {
-    return fail(errc::out_of_memory, "out of memory");
-  } catch (const std::length_error& e) {
-    return fail(errc::out_of_memory, e.what());
-  } catch (const std::system_error& e) {
-    return fail(errc::out_of_memory, e.what());
-  } catch (const std::exception& e) {
-    return fail(errc::internal, e.what());
-  } catch (...) {
-    return fail(errc::internal, "unknown exception");
-  }
 }
 
 }  // namespace edgellm::detail

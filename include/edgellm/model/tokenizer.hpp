@@ -7,6 +7,7 @@
 #pragma once
 
 #include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/detail/guard_exceptions.hpp"
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/tokenizer/added_tokens.hpp"

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/detail/guard_exceptions.hpp"
 #include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/kernels/q8_matrix.hpp"

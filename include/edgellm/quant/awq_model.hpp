@@ -14,6 +14,7 @@
 #pragma once
 
 #include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/detail/guard_exceptions.hpp"
 #include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/elementwise.hpp"
 #include "edgellm/kernels/float16.hpp"

@@ -22,6 +22,7 @@
 #include "edgellm/backend/vulkan/backend.hpp"
 #include "edgellm/backend/vulkan/device.hpp"
 #include "edgellm/backend/vulkan/kv_cache.hpp"
+#include "edgellm/detail/guard_exceptions.hpp"
 #include "edgellm/model/transformer.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/session.hpp"
