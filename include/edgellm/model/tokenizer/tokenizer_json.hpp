@@ -108,10 +108,20 @@ class TokenizerJsonParser {
  private:
   status parse_model(const io::json::Value& model);
   status parse_added_tokens(const io::json::Value* v);
-  status parse_normalizer(const io::json::Value& v, const std::string& path);
-  status parse_pre_tokenizer(const io::json::Value& v, const std::string& path);
-  status parse_post_processor(const io::json::Value& v, const std::string& path);
-  status parse_decoder(const io::json::Value& v, const std::string& path);
+  // One step of a chain, given its object and its "type" (never "Sequence": parse_chain
+  // flattens those).
+  using StepParser = status (TokenizerJsonParser::*)(const io::json::Value& v,
+                                                      const std::string& path,
+                                                      const std::string& type);
+  status parse_chain(const io::json::Value& v, const std::string& path,
+                     std::string_view sequence_key, StepParser parse_step);
+  status parse_normalizer(const io::json::Value& v, const std::string& path,
+                          const std::string& t);
+  status parse_pre_tokenizer(const io::json::Value& v, const std::string& path,
+                             const std::string& t);
+  status parse_post_processor(const io::json::Value& v, const std::string& path,
+                              const std::string& t);
+  status parse_decoder(const io::json::Value& v, const std::string& path, const std::string& t);
 
   error fail(std::string_view path, std::string_view what, errc code = errc::format_error) const {
     std::string m(name_);
@@ -134,18 +144,21 @@ inline status TokenizerJsonParser::parse(const io::json::Value& root) {
   if (model == nullptr) return fail("model", "missing");
   EDGELLM_TOK_TRY(parse_model(*model));
   if (const io::json::Value* v = member(root, "normalizer")) {
-    EDGELLM_TOK_TRY(parse_normalizer(*v, "normalizer"));
+    EDGELLM_TOK_TRY(
+        parse_chain(*v, "normalizer", "normalizers", &TokenizerJsonParser::parse_normalizer));
   }
   EDGELLM_TOK_TRY(parse_added_tokens(member(root, "added_tokens")));
   if (const io::json::Value* v = member(root, "pre_tokenizer")) {
-    EDGELLM_TOK_TRY(parse_pre_tokenizer(*v, "pre_tokenizer"));
+    EDGELLM_TOK_TRY(parse_chain(*v, "pre_tokenizer", "pretokenizers",
+                                &TokenizerJsonParser::parse_pre_tokenizer));
   }
   if (const io::json::Value* v = member(root, "post_processor")) {
-    EDGELLM_TOK_TRY(parse_post_processor(*v, "post_processor"));
+    EDGELLM_TOK_TRY(parse_chain(*v, "post_processor", "processors",
+                                &TokenizerJsonParser::parse_post_processor));
   }
   if (const io::json::Value* v = member(root, "decoder")) {
     spec_.decoder.present = true;
-    EDGELLM_TOK_TRY(parse_decoder(*v, "decoder"));
+    EDGELLM_TOK_TRY(parse_chain(*v, "decoder", "decoders", &TokenizerJsonParser::parse_decoder));
     // ByteLevel and ByteFallback look at whole tokens; after a Fuse or ByteLevel the rest of
     // the chain sees one growing token, which a streaming decoder cannot hand them.
     bool fused = false;
@@ -375,23 +388,29 @@ inline status TokenizerJsonParser::parse_added_tokens(const io::json::Value* v) 
   return {};
 }
 
-inline status TokenizerJsonParser::parse_normalizer(const io::json::Value& v,
-                                                    const std::string& path) {
+/// A normalizer, pre-tokenizer, post-processor or decoder at `path`: an object with a string
+/// "type". A "Sequence" holds its steps in the array `sequence_key`; they are flattened, in
+/// order (nested Sequences too), into the steps parse_step parses.
+inline status TokenizerJsonParser::parse_chain(const io::json::Value& v, const std::string& path,
+                                               std::string_view sequence_key,
+                                               StepParser parse_step) {
   if (!v.is_object()) return fail(path, "expected an object, got " + io::json::describe(v));
   const io::json::Value* type = member(v, "type");
   if (type == nullptr || !type->is_string()) return fail(path + ".type", "missing or not a string");
   const std::string& t = type->as_string();
-  if (t == "Sequence") {
-    const io::json::Value* list = member(v, "normalizers");
-    if (list == nullptr || !list->is_array()) {
-      return fail(path + ".normalizers", "expected an array");
-    }
-    std::size_t i = 0;
-    for (const io::json::Value& e : list->as_array()) {
-      EDGELLM_TOK_TRY(parse_normalizer(e, path_index(path + ".normalizers", i++)));
-    }
-    return {};
+  if (t != "Sequence") return (this->*parse_step)(v, path, t);
+  const std::string list_path = path + "." + std::string(sequence_key);
+  const io::json::Value* list = member(v, sequence_key);
+  if (list == nullptr || !list->is_array()) return fail(list_path, "expected an array");
+  std::size_t i = 0;
+  for (const io::json::Value& e : list->as_array()) {
+    EDGELLM_TOK_TRY(parse_chain(e, path_index(list_path, i++), sequence_key, parse_step));
   }
+  return {};
+}
+
+inline status TokenizerJsonParser::parse_normalizer(const io::json::Value& v,
+                                                    const std::string& path, const std::string& t) {
   NormalizerStep step;
   if (t == "NFC") {
     step.kind = NormalizerStep::Kind::nfc;
@@ -438,11 +457,8 @@ inline status TokenizerJsonParser::parse_normalizer(const io::json::Value& v,
 }
 
 inline status TokenizerJsonParser::parse_pre_tokenizer(const io::json::Value& v,
-                                                       const std::string& path) {
-  if (!v.is_object()) return fail(path, "expected an object, got " + io::json::describe(v));
-  const io::json::Value* type = member(v, "type");
-  if (type == nullptr || !type->is_string()) return fail(path + ".type", "missing or not a string");
-  const std::string& t = type->as_string();
+                                                       const std::string& path,
+                                                       const std::string& t) {
   const auto flag = [&](std::string_view key, bool def, bool& out) -> status {
     out = def;
     if (const io::json::Value* f = member(v, key)) {
@@ -453,17 +469,6 @@ inline status TokenizerJsonParser::parse_pre_tokenizer(const io::json::Value& v,
     }
     return {};
   };
-  if (t == "Sequence") {
-    const io::json::Value* list = member(v, "pretokenizers");
-    if (list == nullptr || !list->is_array()) {
-      return fail(path + ".pretokenizers", "expected an array");
-    }
-    std::size_t i = 0;
-    for (const io::json::Value& e : list->as_array()) {
-      EDGELLM_TOK_TRY(parse_pre_tokenizer(e, path_index(path + ".pretokenizers", i++)));
-    }
-    return {};
-  }
   PreTokenizerStep step;
   if (t == "Split") {
     step.kind = PreTokenizerStep::Kind::split;
@@ -530,23 +535,9 @@ inline status TokenizerJsonParser::parse_pre_tokenizer(const io::json::Value& v,
 }
 
 inline status TokenizerJsonParser::parse_post_processor(const io::json::Value& v,
-                                                        const std::string& path) {
-  if (!v.is_object()) return fail(path, "expected an object, got " + io::json::describe(v));
-  const io::json::Value* type = member(v, "type");
-  if (type == nullptr || !type->is_string()) return fail(path + ".type", "missing or not a string");
-  const std::string& t = type->as_string();
+                                                        const std::string& path,
+                                                        const std::string& t) {
   if (t == "ByteLevel") return {};  // only trims offsets
-  if (t == "Sequence") {
-    const io::json::Value* list = member(v, "processors");
-    if (list == nullptr || !list->is_array()) {
-      return fail(path + ".processors", "expected an array");
-    }
-    std::size_t i = 0;
-    for (const io::json::Value& e : list->as_array()) {
-      EDGELLM_TOK_TRY(parse_post_processor(e, path_index(path + ".processors", i++)));
-    }
-    return {};
-  }
   if (t != "TemplateProcessing") {
     return fail(path + ".type", "post-processor type '" + t + "' is not supported",
                 errc::unsupported);
@@ -599,20 +590,7 @@ inline status TokenizerJsonParser::parse_post_processor(const io::json::Value& v
 }
 
 inline status TokenizerJsonParser::parse_decoder(const io::json::Value& v,
-                                                 const std::string& path) {
-  if (!v.is_object()) return fail(path, "expected an object, got " + io::json::describe(v));
-  const io::json::Value* type = member(v, "type");
-  if (type == nullptr || !type->is_string()) return fail(path + ".type", "missing or not a string");
-  const std::string& t = type->as_string();
-  if (t == "Sequence") {
-    const io::json::Value* list = member(v, "decoders");
-    if (list == nullptr || !list->is_array()) return fail(path + ".decoders", "expected an array");
-    std::size_t i = 0;
-    for (const io::json::Value& e : list->as_array()) {
-      EDGELLM_TOK_TRY(parse_decoder(e, path_index(path + ".decoders", i++)));
-    }
-    return {};
-  }
+                                                 const std::string& path, const std::string& t) {
   DecoderStep step;
   if (t == "ByteLevel") {
     step.kind = DecoderStep::Kind::byte_level;
