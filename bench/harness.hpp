@@ -12,6 +12,7 @@
 #include <edgellm/config.hpp>
 #include <edgellm/detail/cpu_topology.hpp>
 #include <edgellm/io/json_write.hpp>
+#include <edgellm/io/meminfo.hpp>
 
 #include <fmt/format.h>
 #include <xsimd/xsimd.hpp>
@@ -185,23 +186,8 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
-namespace detail {
-// Reads a "Key:   1234 kB" line of /proc/self/status, in bytes; 0 when unavailable.
-inline std::size_t proc_status_kb(std::string_view key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.size() > key.size() && line.starts_with(key) && line[key.size()] == ':') {
-      return static_cast<std::size_t>(std::strtoull(line.c_str() + key.size() + 1, nullptr, 10)) *
-             1024;
-    }
-  }
-  return 0;
-}
-}  // namespace detail
-
 /// Peak resident set size of this process (VmHWM), in bytes; 0 when /proc is unavailable.
-inline std::size_t peak_rss_bytes() { return detail::proc_status_kb("VmHWM"); }
+using edgellm::io::peak_rss_bytes;
 
 /// Resets the peak (VmHWM) to the current resident set (Linux: /proc/self/clear_refs "5"), so
 /// that a bench's own scratch, such as the bandwidth buffers, does not count as the model's
@@ -218,7 +204,7 @@ inline bool reset_peak_rss() {
 }
 
 /// Current resident set size (VmRSS), in bytes; 0 when /proc is unavailable.
-inline std::size_t current_rss_bytes() { return detail::proc_status_kb("VmRSS"); }
+using edgellm::io::current_rss_bytes;
 
 /// Locks [p, p + bytes) into RAM (mlock) so that page-outs do not disturb timings. Returns
 /// false and says why on stderr when it fails: usually RLIMIT_MEMLOCK (`ulimit -l`) is below

@@ -10,6 +10,7 @@
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/split.hpp"
 #include "edgellm/detail/unicode.hpp"
+#include "edgellm/io/meminfo.hpp"
 #include "edgellm/model/generation_config.hpp"
 #include "edgellm/thread_pool.hpp"
 
@@ -24,7 +25,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -505,14 +505,6 @@ int check_before_load(Args& a) {
   return 0;
 }
 
-std::size_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
-}
-
 // The prefill rate counts the prefilled tokens only (the cached ones cost nothing).
 void print_stats(const decode::GenerateStats& s) {
   std::fprintf(stderr,
@@ -522,7 +514,7 @@ void print_stats(const decode::GenerateStats& s) {
                s.prompt_tokens, s.cached_tokens, s.prefilled_tokens(), s.new_tokens,
                decode::to_string(s.stop),
                s.time_to_first_token_s * 1e3, s.prefill_tok_s(), s.decode_tok_s(),
-               static_cast<double>(peak_rss_bytes()) / 1e6);
+               static_cast<double>(edgellm::io::peak_rss_bytes()) / 1e6);
 }
 
 // Sums `s` into `total` (an answer made of several calls, a whole chat); the time to first
@@ -544,7 +536,7 @@ void print_chat_totals(std::size_t answers, const decode::GenerateStats& t) {
                "tokens]\nprefill %.1f tok/s | decode %.1f tok/s | peak memory %.1f MB\n",
                answers, answers == 1 ? "" : "s", t.prompt_tokens, t.cached_tokens,
                t.prefilled_tokens(), t.new_tokens, t.prefill_tok_s(), t.decode_tok_s(),
-               static_cast<double>(peak_rss_bytes()) / 1e6);
+               static_cast<double>(edgellm::io::peak_rss_bytes()) / 1e6);
 }
 
 // Set by SIGINT during --chat, and nothing else is done in the handler: the token callback

@@ -6,6 +6,7 @@
 #include "cli.hpp"
 #include "edgellm/plan.hpp"
 #include "edgellm/io/json_write.hpp"
+#include "edgellm/io/meminfo.hpp"
 #include "edgellm/session.hpp"
 
 #include <fmt/format.h>
@@ -14,7 +15,6 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -69,24 +69,6 @@ bool parse_number(std::string_view s, T& out) {
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
-// "VmHWM" / "VmRSS" of this process in bytes (0 when /proc is unavailable).
-std::uint64_t proc_status_bytes(std::string_view key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.compare(0, key.size(), key) == 0 && line.size() > key.size() && line[key.size()] == ':') {
-      std::uint64_t kb = 0;
-      std::string_view v(line);
-      v.remove_prefix(key.size() + 1);
-      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), kb);
-      (void)p;
-      return ec == std::errc() ? kb * 1024 : 0;
-    }
-  }
-  return 0;
-}
-
 struct Measured {
   std::uint64_t baseline_rss = 0, peak_rss = 0, load_peak_rss = 0;
   std::uint64_t weights_owned = 0, session_bytes = 0;
@@ -98,10 +80,10 @@ struct Measured {
 result<Measured> measure(const std::string& dir, const EngineOptions& eo, const SessionOptions& so,
                          std::size_t sessions) {
   Measured m;
-  m.baseline_rss = proc_status_bytes("VmRSS");
+  m.baseline_rss = edgellm::io::current_rss_bytes();
   auto engine = Engine::load(dir, eo);
   if (!engine) return engine.error();
-  m.load_peak_rss = proc_status_bytes("VmHWM");
+  m.load_peak_rss = edgellm::io::peak_rss_bytes();
   m.weights_owned = (*engine)->weights()->owned_bytes();
   const std::size_t V = (*engine)->config().vocab_size;
   // A Transformer per session as Session::create builds it, driven with token ids (no
@@ -131,7 +113,7 @@ result<Measured> measure(const std::string& dir, const EngineOptions& eo, const 
       m.context = t->context_size();
       models.push_back(std::move(*t));
     }
-    m.peak_rss = proc_status_bytes("VmHWM");
+    m.peak_rss = edgellm::io::peak_rss_bytes();
     return {};
   };
   if (auto st = cache::with_kv_type(so.kv_type, fill); !st) return st.error();

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // /proc/meminfo parsing on fixture files (tests/data/meminfo): a current kernel, an old one
-// without MemAvailable, and malformed files whose errors name the file and the line.
+// without MemAvailable, and malformed files whose errors name the file and the line; the
+// /proc/self/status reader (VmRSS, VmHWM).
 #include "edgellm/io/meminfo.hpp"
 
 #include "support/test_env.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace test_io_meminfo {
@@ -57,6 +59,21 @@ TEST_CASE("meminfo: this machine's /proc/meminfo parses", "[io][meminfo]") {
   }
   CHECK(m->total > 0);
   CHECK(m->available <= m->total);
+}
+
+TEST_CASE("proc_status_bytes: a status line's kB in bytes, 0 when absent", "[io][meminfo]") {
+  using edgellm::io::proc_status_bytes;
+  const std::string status = "Name:\tx\nVmHWMx:\t7 kB\nVmHWM:\t    1948 kB\nVmRSS:\t12 kB\n";
+  CHECK(proc_status_bytes(status, "VmHWM") == 1948u * 1024);
+  CHECK(proc_status_bytes(status, "VmRSS") == 12u * 1024);
+  CHECK(proc_status_bytes(status, "VmSwap") == 0);
+  CHECK(proc_status_bytes("VmHWM: many kB\n", "VmHWM") == 0);
+  CHECK(proc_status_bytes("VmHWM: 99999999999999999999 kB", "VmHWM") == 0);
+#if defined(__linux__)
+  const std::uint64_t peak = edgellm::io::peak_rss_bytes();
+  CHECK(peak > 0);
+  CHECK(peak >= edgellm::io::current_rss_bytes());
+#endif
 }
 
 }  // namespace test_io_meminfo

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The system's memory figures from /proc/meminfo (Linux, Android): total, free and available
-// bytes, for memory budgets given as a fraction of what the device has available.
+// bytes, for memory budgets given as a fraction of what the device has available. Also this
+// process's resident set (VmRSS) and its peak (VmHWM) from /proc/self/status, the one reader
+// the tools and benches report peak memory with.
 #pragma once
 
 #include "edgellm/io/mapped_file.hpp"
@@ -93,5 +95,38 @@ inline result<MemInfo> read_meminfo(const std::string& path = "/proc/meminfo") {
   if (!text) return text.error();
   return parse_meminfo(*text, path);
 }
+
+/// The value of the "Key:   1234 kB" line `key` (e.g. "VmHWM") of a /proc/<pid>/status text,
+/// in bytes; 0 when the line is absent or does not start with a number.
+inline std::uint64_t proc_status_bytes(std::string_view status_text, std::string_view key) {
+  while (!status_text.empty()) {
+    const std::size_t eol = status_text.find('\n');
+    std::string_view line = status_text.substr(0, eol);
+    status_text = eol == std::string_view::npos ? std::string_view{} : status_text.substr(eol + 1);
+    if (line.size() <= key.size() || !line.starts_with(key) || line[key.size()] != ':') continue;
+    line.remove_prefix(key.size() + 1);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    std::uint64_t kb = 0;
+    std::size_t digits = 0;
+    for (; digits < line.size() && line[digits] >= '0' && line[digits] <= '9'; ++digits) {
+      if (kb > UINT64_MAX / 10240) return 0;  // also keeps kb * 1024 in range
+      kb = kb * 10 + static_cast<std::uint64_t>(line[digits] - '0');
+    }
+    return kb * 1024;
+  }
+  return 0;
+}
+
+/// proc_status_bytes of this process (/proc/self/status); 0 where /proc is unavailable.
+inline std::uint64_t self_status_bytes(std::string_view key) {
+  auto text = read_text_file("/proc/self/status", std::size_t{1} << 20);
+  return text ? proc_status_bytes(*text, key) : 0;
+}
+
+/// This process's peak resident set size (VmHWM), in bytes; 0 where /proc is unavailable.
+inline std::uint64_t peak_rss_bytes() { return self_status_bytes("VmHWM"); }
+
+/// This process's current resident set size (VmRSS), in bytes; 0 where /proc is unavailable.
+inline std::uint64_t current_rss_bytes() { return self_status_bytes("VmRSS"); }
 
 }  // namespace edgellm::io
