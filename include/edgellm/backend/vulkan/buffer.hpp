@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/handle.hpp"
 #include "edgellm/result.hpp"
 
 namespace edgellm::backend::vk {
@@ -36,21 +37,8 @@ struct BufferOptions {
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
-  Buffer& operator=(Buffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      dev_ = std::exchange(o.dev_, nullptr);
-      buffer_ = std::exchange(o.buffer_, VK_NULL_HANDLE);
-      memory_ = std::exchange(o.memory_, VK_NULL_HANDLE);
-      mapped_ = std::exchange(o.mapped_, nullptr);
-      coherent_ = o.coherent_;
-      size_ = std::exchange(o.size_, 0);
-      options_ = o.options_;
-      name_ = std::move(o.name_);
-    }
-    return *this;
-  }
+  Buffer(Buffer&&) noexcept = default;
+  Buffer& operator=(Buffer&& o) noexcept { return move_assign(*this, std::move(o)); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() { reset(); }
@@ -73,7 +61,8 @@ class Buffer {
     bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
     bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    if (auto r = f.vkCreateBuffer(dev.handle(), &bci, nullptr, &b.buffer_); r != VK_SUCCESS) {
+    if (auto r = f.vkCreateBuffer(dev.handle(), &bci, nullptr, b.buffer_.addressof());
+        r != VK_SUCCESS) {
       b.buffer_ = VK_NULL_HANDLE;
       return vk_error(r, where,
                       "vkCreateBuffer of " + std::to_string(bytes) + " bytes on " +
@@ -111,7 +100,8 @@ class Buffer {
     ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = *type;
-    if (auto r = f.vkAllocateMemory(dev.handle(), &ai, nullptr, &b.memory_); r != VK_SUCCESS) {
+    if (auto r = f.vkAllocateMemory(dev.handle(), &ai, nullptr, b.memory_.addressof());
+        r != VK_SUCCESS) {
       b.memory_ = VK_NULL_HANDLE;
       return vk_error(r, where,
                       "allocating " + std::to_string(bytes) + " bytes of " +
@@ -122,7 +112,8 @@ class Buffer {
       return vk_error(r, where, "vkBindBufferMemory");
     const bool map = options.kind == BufferKind::host_io || !options.force_staging;
     if (map && (mt.propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) {
-      if (auto r = f.vkMapMemory(dev.handle(), b.memory_, 0, VK_WHOLE_SIZE, 0, &b.mapped_);
+      if (auto r =
+              f.vkMapMemory(dev.handle(), b.memory_, 0, VK_WHOLE_SIZE, 0, b.mapped_.addressof());
           r != VK_SUCCESS) {
         b.mapped_ = nullptr;
         return vk_error(r, where, "vkMapMemory");
@@ -144,7 +135,7 @@ class Buffer {
     if (auto st = check_range(data.size(), offset, "write"); !st) return st;
     if (data.empty()) return {};
     if (mapped_) {
-      std::memcpy(static_cast<std::byte*>(mapped_) + offset, data.data(), data.size());
+      std::memcpy(static_cast<std::byte*>(mapped_.get()) + offset, data.data(), data.size());
       return flush(offset, data.size());
     }
     return staged(data.size(), offset, [&](Buffer& staging, std::size_t done, std::size_t len) {
@@ -159,7 +150,7 @@ class Buffer {
     if (out.empty()) return {};
     if (mapped_) {
       if (auto st = invalidate(offset, out.size()); !st) return st;
-      std::memcpy(out.data(), static_cast<const std::byte*>(mapped_) + offset, out.size());
+      std::memcpy(out.data(), static_cast<const std::byte*>(mapped_.get()) + offset, out.size());
       return {};
     }
     return staged(out.size(), offset, [&](Buffer& staging, std::size_t done, std::size_t len) {
@@ -273,12 +264,12 @@ class Buffer {
     dev_ = nullptr;
   }
 
-  Device* dev_ = nullptr;
-  VkBuffer buffer_ = VK_NULL_HANDLE;
-  VkDeviceMemory memory_ = VK_NULL_HANDLE;
-  void* mapped_ = nullptr;  // whole buffer, while it lives
+  Handle<Device*> dev_;
+  Handle<VkBuffer> buffer_;
+  Handle<VkDeviceMemory> memory_;
+  Handle<void*> mapped_;  // whole buffer, while it lives
   bool coherent_ = true;
-  std::size_t size_ = 0;
+  Handle<std::size_t> size_;
   BufferOptions options_{};
   std::string name_;
 };

@@ -5,6 +5,7 @@
 
 #include "edgellm/backend/vulkan/buffer.hpp"
 #include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/handle.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/result.hpp"
 
@@ -77,19 +78,9 @@ inline status require_bytes(const Buffer& buffer, std::uint64_t bytes, std::stri
 /// thread-safe; one sequence per thread.
 class CommandSequence {
  public:
-  CommandSequence(CommandSequence&& o) noexcept { *this = std::move(o); }
+  CommandSequence(CommandSequence&&) noexcept = default;
   CommandSequence& operator=(CommandSequence&& o) noexcept {
-    if (this != &o) {
-      free_commands();
-      dev_ = std::exchange(o.dev_, nullptr);
-      cmd_ = std::exchange(o.cmd_, VK_NULL_HANDLE);
-      sets_ = std::move(o.sets_);
-      name_ = std::move(o.name_);
-      recording_ = std::exchange(o.recording_, false);
-      submits_ = o.submits_;
-      dispatches_ = o.dispatches_;
-    }
-    return *this;
+    return move_assign(*this, std::move(o));
   }
   CommandSequence(const CommandSequence&) = delete;
   CommandSequence& operator=(const CommandSequence&) = delete;
@@ -105,7 +96,8 @@ class CommandSequence {
     ai.commandPool = dev.command_pool();
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
-    if (auto r = dev.fn().vkAllocateCommandBuffers(dev.handle(), &ai, &s.cmd_); r != VK_SUCCESS) {
+    if (auto r = dev.fn().vkAllocateCommandBuffers(dev.handle(), &ai, s.cmd_.addressof());
+        r != VK_SUCCESS) {
       s.cmd_ = VK_NULL_HANDLE;
       return vk_error(r, s.where(), "vkAllocateCommandBuffers");
     }
@@ -216,16 +208,16 @@ class CommandSequence {
     if (!dev_ || !cmd_) return;
     // Freeing a buffer in the recording state is valid; ending it first would use buffers the
     // caller may already have destroyed.
-    dev_->fn().vkFreeCommandBuffers(dev_->handle(), dev_->command_pool(), 1, &cmd_);
+    dev_->fn().vkFreeCommandBuffers(dev_->handle(), dev_->command_pool(), 1, cmd_.addressof());
     cmd_ = VK_NULL_HANDLE;
     sets_.clear();
   }
 
-  Device* dev_ = nullptr;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  Handle<Device*> dev_;
+  Handle<VkCommandBuffer> cmd_;
   std::vector<DescriptorSet> sets_;  // one per recorded dispatch, alive while it may run
   std::string name_;
-  bool recording_ = false;
+  Handle<bool> recording_;
   std::size_t submits_ = 0, dispatches_ = 0;
 };
 

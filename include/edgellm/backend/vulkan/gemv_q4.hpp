@@ -27,6 +27,7 @@
 #include "edgellm/backend/vulkan/buffer.hpp"
 #include "edgellm/backend/vulkan/command_sequence.hpp"
 #include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/handle.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/gemv_q4.hpp"
 #include "edgellm/backend/vulkan/spirv/gemv_q4_int8.hpp"
@@ -56,29 +57,8 @@ struct GemvQ4Options {
 
 class GemvQ4 {
  public:
-  GemvQ4(GemvQ4&& o) noexcept { *this = std::move(o); }
-  GemvQ4& operator=(GemvQ4&& o) noexcept {
-    if (this != &o) {
-      free_commands();
-      dev_ = std::exchange(o.dev_, nullptr);
-      w_ = std::move(o.w_);
-      x_ = std::move(o.x_);
-      y_ = std::move(o.y_);
-      pipeline_ = std::move(o.pipeline_);
-      quantize_ = std::move(o.quantize_);
-      a_ = std::move(o.a_);
-      cmd_ = std::exchange(o.cmd_, VK_NULL_HANDLE);
-      n_ = o.n_;
-      k_ = o.k_;
-      group_ = o.group_;
-      groups_x_ = o.groups_x_;
-      groups_y_ = o.groups_y_;
-      subgroups_ = o.subgroups_;
-      int8_ = o.int8_;
-      dot_ = o.dot_;
-    }
-    return *this;
-  }
+  GemvQ4(GemvQ4&&) noexcept = default;
+  GemvQ4& operator=(GemvQ4&& o) noexcept { return move_assign(*this, std::move(o)); }
   GemvQ4(const GemvQ4&) = delete;
   GemvQ4& operator=(const GemvQ4&) = delete;
   ~GemvQ4() { free_commands(); }
@@ -288,7 +268,8 @@ class GemvQ4 {
   GemvQ4() = default;
 
   void free_commands() noexcept {
-    if (cmd_ && dev_) dev_->fn().vkFreeCommandBuffers(dev_->handle(), dev_->command_pool(), 1, &cmd_);
+    if (cmd_ && dev_)
+      dev_->fn().vkFreeCommandBuffers(dev_->handle(), dev_->command_pool(), 1, cmd_.addressof());
     cmd_ = VK_NULL_HANDLE;
   }
 
@@ -299,7 +280,8 @@ class GemvQ4 {
     ai.commandPool = dev_->command_pool();
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
-    if (auto r = f.vkAllocateCommandBuffers(dev_->handle(), &ai, &cmd_); r != VK_SUCCESS) {
+    if (auto r = f.vkAllocateCommandBuffers(dev_->handle(), &ai, cmd_.addressof());
+        r != VK_SUCCESS) {
       cmd_ = VK_NULL_HANDLE;
       return vk_error(r, "vulkan gemv_q4", "vkAllocateCommandBuffers");
     }
@@ -342,12 +324,12 @@ class GemvQ4 {
     return {};
   }
 
-  Device* dev_ = nullptr;
+  Handle<Device*> dev_;
   Buffer w_, x_, y_;  // [n_tiles * n_groups] packed tiles, x [k] fp32, y [n] fp32
   Buffer a_;          // int8 activations: [k] int8, [k / G] fp32 scales, [k / G] int32 sums
   ComputePipeline pipeline_;
   ComputePipeline quantize_;  // int8 activations: x -> a_
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  Handle<VkCommandBuffer> cmd_;
   std::uint32_t n_ = 0, k_ = 0, group_ = 128, groups_x_ = 1, groups_y_ = 1;
   bool subgroups_ = false;  // the gemv_q4_subgroup build
   bool int8_ = false;       // int8 activations (quantize_ then a gemv_q4_int8* build)

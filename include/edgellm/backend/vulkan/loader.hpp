@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "edgellm/backend/vulkan/handle.hpp"
 #include "edgellm/result.hpp"
 
 namespace edgellm::backend::vk {
@@ -182,17 +183,8 @@ inline constexpr const char* kDefaultLoaderNames[] = {"libvulkan.so.1", "libvulk
 class Loader {
  public:
   Loader() = default;
-  Loader(Loader&& o) noexcept { *this = std::move(o); }
-  Loader& operator=(Loader&& o) noexcept {
-    if (this != &o) {
-      close();
-      handle_ = std::exchange(o.handle_, nullptr);
-      gipa_ = std::exchange(o.gipa_, nullptr);
-      global_ = std::exchange(o.global_, {});
-      name_ = std::move(o.name_);
-    }
-    return *this;
-  }
+  Loader(Loader&&) noexcept = default;
+  Loader& operator=(Loader&& o) noexcept { return move_assign(*this, std::move(o)); }
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
   ~Loader() { close(); }
@@ -230,14 +222,14 @@ class Loader {
                                   "(use --backend cpu)");
     }
 #define EDGELLM_VK_LOAD(name)                                                             \
-  l.global_.name = reinterpret_cast<PFN_##name>(l.gipa_(VK_NULL_HANDLE, #name));          \
-  if (!l.global_.name) {                                                                  \
+  l.global_->name = reinterpret_cast<PFN_##name>(l.gipa_(VK_NULL_HANDLE, #name));         \
+  if (!l.global_->name) {                                                                 \
     return make_error(errc::unsupported, "vulkan",                                        \
                       l.name_ + ": global function " #name " not found (use --backend cpu)"); \
   }
     EDGELLM_VK_GLOBAL_FUNCTIONS(EDGELLM_VK_LOAD)
 #undef EDGELLM_VK_LOAD
-    l.global_.vkEnumerateInstanceVersion = reinterpret_cast<PFN_vkEnumerateInstanceVersion>(
+    l.global_->vkEnumerateInstanceVersion = reinterpret_cast<PFN_vkEnumerateInstanceVersion>(
         l.gipa_(VK_NULL_HANDLE, "vkEnumerateInstanceVersion"));
     return l;
   }
@@ -245,16 +237,16 @@ class Loader {
   /// The instance API version the loader supports (1.0 when it predates the query).
   std::uint32_t instance_version() const {
     std::uint32_t v = VK_API_VERSION_1_0;
-    if (global_.vkEnumerateInstanceVersion) global_.vkEnumerateInstanceVersion(&v);
+    if (global_->vkEnumerateInstanceVersion) global_->vkEnumerateInstanceVersion(&v);
     return v;
   }
 
   /// Whether an instance layer (e.g. "VK_LAYER_KHRONOS_validation") is installed.
   bool has_layer(std::string_view name) const {
     std::uint32_t count = 0;
-    if (global_.vkEnumerateInstanceLayerProperties(&count, nullptr) != VK_SUCCESS) return false;
+    if (global_->vkEnumerateInstanceLayerProperties(&count, nullptr) != VK_SUCCESS) return false;
     std::vector<VkLayerProperties> layers(count);
-    if (global_.vkEnumerateInstanceLayerProperties(&count, layers.data()) != VK_SUCCESS) return false;
+    if (global_->vkEnumerateInstanceLayerProperties(&count, layers.data()) != VK_SUCCESS) return false;
     for (std::uint32_t i = 0; i < count; ++i)
       if (name == layers[i].layerName) return true;
     return false;
@@ -263,10 +255,10 @@ class Loader {
   /// Whether an instance extension is offered (by the loader, a driver or `layer`).
   bool has_instance_extension(std::string_view name, const char* layer = nullptr) const {
     std::uint32_t count = 0;
-    if (global_.vkEnumerateInstanceExtensionProperties(layer, &count, nullptr) != VK_SUCCESS)
+    if (global_->vkEnumerateInstanceExtensionProperties(layer, &count, nullptr) != VK_SUCCESS)
       return false;
     std::vector<VkExtensionProperties> ext(count);
-    if (global_.vkEnumerateInstanceExtensionProperties(layer, &count, ext.data()) != VK_SUCCESS)
+    if (global_->vkEnumerateInstanceExtensionProperties(layer, &count, ext.data()) != VK_SUCCESS)
       return false;
     for (std::uint32_t i = 0; i < count; ++i)
       if (name == ext[i].extensionName) return true;
@@ -274,7 +266,7 @@ class Loader {
   }
 
   PFN_vkGetInstanceProcAddr get_instance_proc_addr() const noexcept { return gipa_; }
-  const GlobalFunctions& global() const noexcept { return global_; }
+  const GlobalFunctions& global() const noexcept { return global_.value(); }
   const std::string& library_name() const noexcept { return name_; }  ///< the name that opened
   bool is_open() const noexcept { return handle_ != nullptr; }
 
@@ -285,9 +277,9 @@ class Loader {
     gipa_ = nullptr;
   }
 
-  void* handle_ = nullptr;
-  PFN_vkGetInstanceProcAddr gipa_ = nullptr;
-  GlobalFunctions global_{};
+  Handle<void*> handle_;
+  Handle<PFN_vkGetInstanceProcAddr> gipa_;
+  Handle<GlobalFunctions> global_;
   std::string name_;
 };
 

@@ -15,6 +15,7 @@
 
 #include "edgellm/backend/vulkan/buffer.hpp"
 #include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/handle.hpp"
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/membw_probe.hpp"
 #include "edgellm/result.hpp"
@@ -29,20 +30,8 @@ struct ProbeResult {
 
 class MembwProbe {
  public:
-  MembwProbe(MembwProbe&& o) noexcept { *this = std::move(o); }
-  MembwProbe& operator=(MembwProbe&& o) noexcept {
-    if (this != &o) {
-      free_commands();
-      dev_ = std::exchange(o.dev_, nullptr);
-      src_ = std::move(o.src_);
-      dst_ = std::move(o.dst_);
-      pipeline_ = std::move(o.pipeline_);
-      cmd_ = std::exchange(o.cmd_, VK_NULL_HANDLE);
-      bytes_ = o.bytes_;
-      groups_ = o.groups_;
-    }
-    return *this;
-  }
+  MembwProbe(MembwProbe&&) noexcept = default;
+  MembwProbe& operator=(MembwProbe&& o) noexcept { return move_assign(*this, std::move(o)); }
   MembwProbe(const MembwProbe&) = delete;
   MembwProbe& operator=(const MembwProbe&) = delete;
   ~MembwProbe() { free_commands(); }
@@ -112,7 +101,8 @@ class MembwProbe {
   MembwProbe() = default;
 
   void free_commands() noexcept {
-    if (cmd_ && dev_) dev_->fn().vkFreeCommandBuffers(dev_->handle(), dev_->command_pool(), 1, &cmd_);
+    if (cmd_ && dev_)
+      dev_->fn().vkFreeCommandBuffers(dev_->handle(), dev_->command_pool(), 1, cmd_.addressof());
     cmd_ = VK_NULL_HANDLE;
   }
 
@@ -123,7 +113,8 @@ class MembwProbe {
     ai.commandPool = dev_->command_pool();
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
-    if (auto r = f.vkAllocateCommandBuffers(dev_->handle(), &ai, &cmd_); r != VK_SUCCESS) {
+    if (auto r = f.vkAllocateCommandBuffers(dev_->handle(), &ai, cmd_.addressof());
+        r != VK_SUCCESS) {
       cmd_ = VK_NULL_HANDLE;
       return vk_error(r, "vulkan membw_probe", "vkAllocateCommandBuffers");
     }
@@ -144,10 +135,10 @@ class MembwProbe {
     return {};
   }
 
-  Device* dev_ = nullptr;
+  Handle<Device*> dev_;
   Buffer src_, dst_;  // src [bytes / 4] words, dst [groups_] folded words
   ComputePipeline pipeline_;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  Handle<VkCommandBuffer> cmd_;
   std::size_t bytes_ = 0;
   std::uint32_t groups_ = 1;
 };

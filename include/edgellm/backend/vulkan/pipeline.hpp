@@ -15,6 +15,7 @@
 
 #include "edgellm/backend/vulkan/buffer.hpp"
 #include "edgellm/backend/vulkan/device.hpp"
+#include "edgellm/backend/vulkan/handle.hpp"
 #include "edgellm/result.hpp"
 
 namespace edgellm::backend::vk {
@@ -39,16 +40,8 @@ inline std::uint32_t choose_workgroup_size(const DeviceInfo& info, std::uint32_t
 class DescriptorSet {
  public:
   DescriptorSet() = default;
-  DescriptorSet(DescriptorSet&& o) noexcept { *this = std::move(o); }
-  DescriptorSet& operator=(DescriptorSet&& o) noexcept {
-    if (this != &o) {
-      reset();
-      dev_ = std::exchange(o.dev_, nullptr);
-      pool_ = std::exchange(o.pool_, VK_NULL_HANDLE);
-      set_ = std::exchange(o.set_, VK_NULL_HANDLE);
-    }
-    return *this;
-  }
+  DescriptorSet(DescriptorSet&&) noexcept = default;
+  DescriptorSet& operator=(DescriptorSet&& o) noexcept { return move_assign(*this, std::move(o)); }
   DescriptorSet(const DescriptorSet&) = delete;
   DescriptorSet& operator=(const DescriptorSet&) = delete;
   ~DescriptorSet() { reset(); }
@@ -63,30 +56,17 @@ class DescriptorSet {
     pool_ = VK_NULL_HANDLE;
     set_ = VK_NULL_HANDLE;
   }
-  Device* dev_ = nullptr;
-  VkDescriptorPool pool_ = VK_NULL_HANDLE;  // destroying it frees set_
-  VkDescriptorSet set_ = VK_NULL_HANDLE;
+  Handle<Device*> dev_;
+  Handle<VkDescriptorPool> pool_;  // destroying it frees set_
+  Handle<VkDescriptorSet> set_;
 };
 
 class ComputePipeline {
  public:
   ComputePipeline() = default;
-  ComputePipeline(ComputePipeline&& o) noexcept { *this = std::move(o); }
+  ComputePipeline(ComputePipeline&&) noexcept = default;
   ComputePipeline& operator=(ComputePipeline&& o) noexcept {
-    if (this != &o) {
-      reset();
-      dev_ = std::exchange(o.dev_, nullptr);
-      module_ = std::exchange(o.module_, VK_NULL_HANDLE);
-      set_layout_ = std::exchange(o.set_layout_, VK_NULL_HANDLE);
-      layout_ = std::exchange(o.layout_, VK_NULL_HANDLE);
-      pipeline_ = std::exchange(o.pipeline_, VK_NULL_HANDLE);
-      pool_ = std::exchange(o.pool_, VK_NULL_HANDLE);
-      set_ = std::exchange(o.set_, VK_NULL_HANDLE);
-      bindings_ = o.bindings_;
-      push_bytes_ = o.push_bytes_;
-      workgroup_size_ = o.workgroup_size_;
-    }
-    return *this;
+    return move_assign(*this, std::move(o));
   }
   ComputePipeline(const ComputePipeline&) = delete;
   ComputePipeline& operator=(const ComputePipeline&) = delete;
@@ -116,7 +96,8 @@ class ComputePipeline {
     smci.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
     smci.codeSize = spirv.size_bytes();
     smci.pCode = spirv.data();
-    if (auto r = f.vkCreateShaderModule(d, &smci, nullptr, &p.module_); r != VK_SUCCESS) {
+    if (auto r = f.vkCreateShaderModule(d, &smci, nullptr, p.module_.addressof());
+        r != VK_SUCCESS) {
       p.module_ = VK_NULL_HANDLE;
       return vk_error(r, where, "vkCreateShaderModule");
     }
@@ -132,7 +113,8 @@ class ComputePipeline {
     dci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
     dci.bindingCount = bindings;
     dci.pBindings = b.data();
-    if (auto r = f.vkCreateDescriptorSetLayout(d, &dci, nullptr, &p.set_layout_); r != VK_SUCCESS) {
+    if (auto r = f.vkCreateDescriptorSetLayout(d, &dci, nullptr, p.set_layout_.addressof());
+        r != VK_SUCCESS) {
       p.set_layout_ = VK_NULL_HANDLE;
       return vk_error(r, where, "vkCreateDescriptorSetLayout");
     }
@@ -140,10 +122,11 @@ class ComputePipeline {
     VkPipelineLayoutCreateInfo lci{};
     lci.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
     lci.setLayoutCount = 1;
-    lci.pSetLayouts = &p.set_layout_;
+    lci.pSetLayouts = p.set_layout_.addressof();
     lci.pushConstantRangeCount = push_bytes ? 1 : 0;
     lci.pPushConstantRanges = &pcr;
-    if (auto r = f.vkCreatePipelineLayout(d, &lci, nullptr, &p.layout_); r != VK_SUCCESS) {
+    if (auto r = f.vkCreatePipelineLayout(d, &lci, nullptr, p.layout_.addressof());
+        r != VK_SUCCESS) {
       p.layout_ = VK_NULL_HANDLE;
       return vk_error(r, where, "vkCreatePipelineLayout");
     }
@@ -162,12 +145,13 @@ class ComputePipeline {
     cci.stage.pName = "main";
     cci.stage.pSpecializationInfo = &spec;
     cci.layout = p.layout_;
-    if (auto r = f.vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &cci, nullptr, &p.pipeline_);
+    if (auto r = f.vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &cci, nullptr,
+                                            p.pipeline_.addressof());
         r != VK_SUCCESS) {
       p.pipeline_ = VK_NULL_HANDLE;
       return vk_error(r, where, "vkCreateComputePipelines");
     }
-    if (auto st = p.allocate_set(p.pool_, p.set_); !st) return st.error();
+    if (auto st = p.allocate_set(p.pool_.value(), p.set_.value()); !st) return st.error();
     return p;
   }
 
@@ -185,8 +169,8 @@ class ComputePipeline {
   result<DescriptorSet> make_set(std::span<const Buffer* const> buffers) const {
     if (auto st = check_buffers(buffers, "make_set"); !st) return st.error();
     DescriptorSet s;
-    s.dev_ = dev_;
-    if (auto st = allocate_set(s.pool_, s.set_); !st) return st.error();
+    s.dev_ = dev_.get();
+    if (auto st = allocate_set(s.pool_.value(), s.set_.value()); !st) return st.error();
     write_set(s.set_, buffers);
     return s;
   }
@@ -263,7 +247,7 @@ class ComputePipeline {
     ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
     ai.descriptorPool = pool;
     ai.descriptorSetCount = 1;
-    ai.pSetLayouts = &set_layout_;
+    ai.pSetLayouts = set_layout_.addressof();
     if (auto r = f.vkAllocateDescriptorSets(d, &ai, &set); r != VK_SUCCESS) {
       set = VK_NULL_HANDLE;
       return vk_error(r, "vulkan pipeline", "vkAllocateDescriptorSets");
@@ -299,13 +283,13 @@ class ComputePipeline {
     dev_ = nullptr;
   }
 
-  Device* dev_ = nullptr;
-  VkShaderModule module_ = VK_NULL_HANDLE;
-  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
-  VkPipelineLayout layout_ = VK_NULL_HANDLE;
-  VkPipeline pipeline_ = VK_NULL_HANDLE;
-  VkDescriptorPool pool_ = VK_NULL_HANDLE;
-  VkDescriptorSet set_ = VK_NULL_HANDLE;
+  Handle<Device*> dev_;
+  Handle<VkShaderModule> module_;
+  Handle<VkDescriptorSetLayout> set_layout_;
+  Handle<VkPipelineLayout> layout_;
+  Handle<VkPipeline> pipeline_;
+  Handle<VkDescriptorPool> pool_;
+  Handle<VkDescriptorSet> set_;
   std::uint32_t bindings_ = 0, push_bytes_ = 0, workgroup_size_ = 0;
 };
 
