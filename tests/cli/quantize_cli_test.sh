@@ -71,6 +71,32 @@ expect "missing --calib file" 1 "no-such.txt" -- "$bin" -m "$fp16" --calib "$tmp
 full_disk=(bash -c 'ulimit -f 2048; trap "" XFSZ; exec "$@"' full_disk)
 expect "full disk" 1 "model.safetensors" -- "${full_disk[@]}" "$bin" -m "$fp16" --calib "$calib" \
   --out "$tmp/x" "${small[@]}"
+# Out of memory: address-space limits from where the checkpoint cannot even be mapped up to where
+# the run fits. Every run ends with an exit status, never a signal; a failing one names either the
+# file it could not map or, once the run gets that far, the checkpoint and layer it was in. At
+# least one limit must land inside the quantisation. (Sanitizer builds reserve terabytes of
+# shadow memory: skipped there.)
+if ldd "$bin" 2>/dev/null | grep -qE 'lib(asan|tsan)'; then
+  ok "out of memory: skipped (sanitizer build)"
+else
+  oom_named=0 oom_bad=""
+  for kb in $(seq 40000 4000 112000); do
+    err=$(bash -c 'ulimit -v "$1"; shift; exec "$@"' oom "$kb" "$bin" -m "$fp16" --calib "$calib"       --out "$tmp/x" "${small[@]}" 2>&1 >/dev/null)
+    rc=$?
+    rm -rf "$tmp/x"
+    if [ $rc = 0 ]; then continue; fi
+    if [ $rc = 1 ] && grep -q "\[quantize_model\] out of memory (quantising $fp16, .*layer" <<<"$err"; then
+      oom_named=$((oom_named + 1))
+    elif [ $rc != 1 ] || ! grep -qE "cannot (mmap|allocate)|out of memory" <<<"$err"; then
+      oom_bad+="ulimit -v $kb: exit $rc: $err"$'\n'
+    fi
+  done
+  if [ -z "$oom_bad" ] && [ $oom_named -gt 0 ]; then
+    ok "out of memory: $oom_named limits fail inside quantize_model, naming the checkpoint and layer"
+  else
+    fail "out of memory ($oom_named runs named the layer)" "$oom_bad"
+  fi
+fi
 [ ! -e "$tmp/x" ] && ok "no output left by failures" || fail "no output left by failures" "$(ls -la "$tmp")"
 [ -z "$(ls "$tmp" | grep tmp)" ] && ok "no temporary directory left" || fail "temporary left" "$(ls "$tmp")"
 finish
