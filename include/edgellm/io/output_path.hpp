@@ -252,8 +252,9 @@ inline void remove_stale_temps(const std::string& path, const OutputRule& rule) 
 }
 
 /// Moves the finished temporary output `tmp` to `path` under `rule`, re-checking `path` just
-/// before: absent, it is renamed without replacing anything that appears meanwhile; present and
-/// of the rule's kind with rule.replace, a file is renamed over, a directory is moved aside
+/// before: absent, it is renamed without replacing anything that appears meanwhile (with
+/// rule.replace, what appeared is checked as if present); present and of the rule's kind with
+/// rule.replace, a file is renamed over, a directory is moved aside
 /// (temp_stem + "<n>.old"), the new one renamed in and the old one removed. Anything else
 /// there is left as it is: the error says so and where the finished output was kept
 /// ("<path>.kept.<pid>", or `tmp` itself if that cannot be made), and sets `*kept`: the caller
@@ -276,10 +277,13 @@ inline status commit_output(const std::string& tmp, const std::string& path,
   if (!present || !rule.replace) {
     if (detail::rename_noreplace(tmp.c_str(), path.c_str(), is_dir) == 0) return {};
     const int err = errno;
-    if (err == EEXIST || err == ENOTEMPTY || err == ENOTDIR || err == EISDIR)
-      return keep("appeared while the output was written");
-    return edgellm::io::detail::io_error(where, path,
-                                         "cannot rename the temporary '" + tmp + "' to it", err);
+    const bool appeared = err == EEXIST || err == ENOTEMPTY || err == ENOTDIR || err == EISDIR;
+    if (!appeared)
+      return edgellm::io::detail::io_error(where, path,
+                                           "cannot rename the temporary '" + tmp + "' to it", err);
+    if (!rule.replace) return keep("appeared while the output was written");
+    // With replace, what appeared meanwhile (another writer of the same output, say) gets the
+    // same checks as an output that was there from the start.
   }
   if (::stat(path.c_str(), &st) != 0) return keep("is a symbolic link to nothing");
   if (const std::string why = detail::wrong_kind(path, st, rule); !why.empty())
