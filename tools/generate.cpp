@@ -26,16 +26,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -540,20 +542,76 @@ void print_chat_totals(std::size_t answers, const decode::GenerateStats& t) {
 }
 
 // Set by SIGINT during --chat, and nothing else is done in the handler: the token callback
-// stops the answer; at the prompt the read fails with EINTR and the chat ends.
+// stops the answer; at the prompt StdinLines sees it and the chat ends.
 volatile std::sig_atomic_t g_interrupted = 0;
 
 void on_sigint(int) { g_interrupted = 1; }
 
-// --chat's Ctrl-C. At the prompt (`at_prompt`) without SA_RESTART, so that the blocking read of
-// stdin returns EINTR; while answering with it, so that a write to stdout is not cut short.
-void catch_sigint(bool at_prompt) {
+// --chat's Ctrl-C, with SA_RESTART so that a write to stdout is not cut short.
+void catch_sigint() {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = at_prompt ? 0 : SA_RESTART;
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
 }
+
+// stdin line by line through read(2), with its own buffer so that a wait happens only when no
+// whole line is buffered. The wait is ppoll with SIGINT blocked outside it: a Ctrl-C that comes
+// just before the wait is not lost (a blocking read would sleep through it).
+class StdinLines {
+ public:
+  enum class Got { line, end, interrupted };
+
+  Got next(std::string& line) {
+    for (;;) {
+      if (const std::size_t nl = pending_.find('\n'); nl != std::string::npos) {
+        line.assign(pending_, 0, nl);
+        pending_.erase(0, nl + 1);
+        return Got::line;
+      }
+      if (end_) {
+        if (pending_.empty()) return Got::end;
+        line = std::exchange(pending_, {});  // a last line without its newline
+        return Got::line;
+      }
+      if (!wait_readable()) return Got::interrupted;
+      char buf[4096];
+      const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (n > 0) {
+        pending_.append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        end_ = true;  // end of input, or a read error: the chat ends as at Ctrl-D
+      }
+    }
+  }
+
+ private:
+  // False once SIGINT came (now or before); true when stdin is readable (or in error).
+  static bool wait_readable() {
+    sigset_t sigint, old;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigint, &old);
+    bool readable = false;
+    while (g_interrupted == 0 && !readable) {
+      pollfd p{STDIN_FILENO, POLLIN, 0};
+#if defined(__linux__)
+      const int rc = ::ppoll(&p, 1, nullptr, &old);  // SIGINT unblocked only while waiting
+#else
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      const int rc = ::poll(&p, 1, 100);  // elsewhere: look at the flag every 100 ms
+      pthread_sigmask(SIG_BLOCK, &sigint, nullptr);
+#endif
+      readable = rc > 0 || (rc < 0 && errno != EINTR);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return g_interrupted == 0;
+  }
+
+  std::string pending_;  // bytes read past the last line returned
+  bool end_ = false;
+};
 
 // Runs the prompt (or the chat on stdin) in `session`; returns the exit status.
 int run(const Args& a, Session& session) {
@@ -673,14 +731,14 @@ int run(const Args& a, Session& session) {
   std::size_t answers = 0, line_no = 0;
   decode::GenerateStats totals;
   std::string line;
+  StdinLines stdin_lines;
+  catch_sigint();
   for (;;) {
     if (g_interrupted != 0) break;  // Ctrl-C between an answer and the prompt
     if (prompt_user) std::fprintf(stderr, "> ");
-    catch_sigint(true);
-    const bool got_line = static_cast<bool>(std::getline(std::cin, line));
-    catch_sigint(false);
-    if (!got_line) {  // end of input (Ctrl-D), or Ctrl-C (EINTR)
-      if (g_interrupted != 0 && prompt_user) std::fputc('\n', stderr);
+    const StdinLines::Got got = stdin_lines.next(line);
+    if (got != StdinLines::Got::line) {  // end of input (Ctrl-D), or Ctrl-C
+      if (got == StdinLines::Got::interrupted && prompt_user) std::fputc('\n', stderr);
       break;
     }
     ++line_no;
