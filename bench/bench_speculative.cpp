@@ -129,7 +129,7 @@ std::vector<std::string> split(const std::string& s) {
 
 /// A number >= 0 (--acceptance, validated already when the command line was parsed).
 double to_double(const std::string& flag, const std::string& s) {
-  const auto v = bench::flag::parse_real(s, 0.0);
+  const auto v = cli::parse_real(s, 0.0);
   if (!v) die(fmt::format("{}: '{}' is not a number >= 0", flag, s), 2);
   return *v;
 }
@@ -714,7 +714,7 @@ int main(int argc, char** argv) {
                         a.cost_model),
           flag::custom({"--acceptance"}, "A|measured", "cost model: acceptance rate (default 0.7)",
                        [&a](std::string_view v) {
-                         if (v != "measured" && !flag::parse_real(v, 0.0))
+                         if (v != "measured" && !cli::parse_real(v, 0.0))
                            return fmt::format("'{}' is neither a number >= 0 nor 'measured'", v);
                          a.acceptance = std::string(v);
                          return std::string();

@@ -3,7 +3,8 @@
 // *.safetensors, tokenizer.json), encodes the prompt, generates with the sampler and streams the
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
 // Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
-#include "cli.hpp"
+#include "../cli/common.hpp"
+#include "../cli/flags.hpp"
 #include "vulkan_model.hpp"
 #include "edgellm/session.hpp"
 #include "edgellm/model/chat_template.hpp"
@@ -192,25 +193,12 @@ struct Args {
   }
 };
 
-int usage_error(const std::string& msg) { return tools::usage_error("edgellm-generate", msg); }
-
-template <class T>
-bool parse_number(std::string_view s, T& out) {
-  if constexpr (std::is_floating_point_v<T>) {
-    // from_chars for floats is in libstdc++ 11+; strtod would accept locale forms.
-    // from_chars reads "nan" and "inf" too: no setting takes them.
-    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc() && p == s.data() + s.size() && !s.empty() && std::isfinite(out);
-  } else {
-    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-  }
-}
+int usage_error(const std::string& msg) { return cli::usage_error("edgellm-generate", msg); }
 
 // Returns 0 to go on, 2 on a usage error (already printed), 3 for --help, 4 for --version.
 int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = tools::canonical_flag(argv[i]);  // -m is --model, ...
+    const std::string_view arg = cli::canonical_flag(argv[i]);  // -m is --model, ...
     std::string_view v;
     const auto need = [&](const char* what) {
       if (i + 1 >= argc) return false;
@@ -220,7 +208,7 @@ int parse_args(int argc, char** argv, Args& a) {
     };
     const auto num = [&](auto& out, const char* what, double lo, double hi) -> int {
       if (!need(what)) return usage_error(std::string(arg) + ": missing " + what);
-      if (!parse_number(v, out) || static_cast<double>(out) < lo || static_cast<double>(out) > hi)
+      if (!cli::parse_number(v, out) || static_cast<double>(out) < lo || static_cast<double>(out) > hi)
         return usage_error(fmt::format("{}: '{}' is not a number in [{}, {}]", arg, v, lo, hi));
       return 0;
     };
@@ -249,7 +237,7 @@ int parse_args(int argc, char** argv, Args& a) {
       a.prompt_ids.clear();
       for (const std::string_view item : edgellm::detail::split_list(v)) {
         std::int32_t id = 0;
-        if (!parse_number(item, id))
+        if (!cli::parse_number(item, id))
           return usage_error(fmt::format("--prompt-ids: '{}' (item {}) is not a token id", item,
                                          a.prompt_ids.size() + 1));
         a.prompt_ids.push_back(id);
@@ -283,7 +271,7 @@ int parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--allow-extra-tensors") {
       a.allow_extra_tensors = true;
     } else if (arg == "--threads") {
-      rc = num(a.threads, "N", 1, 1e9);  // the cap (tools::check_threads) once all are read
+      rc = num(a.threads, "N", 1, 1e9);  // the cap (cli::check_threads) once all are read
     } else if (arg == "--context") {
       rc = num(a.context, "N", 1, 1 << 24);
     } else if (arg == "--max-tokens") {
@@ -373,7 +361,7 @@ int parse_args(int argc, char** argv, Args& a) {
     return usage_error("--prompt-cache is not supported with --draft");
   if (a.force && (a.packed_cache.empty() || a.packed_cache == "auto"))
     return usage_error("--force: only with --packed-cache FILE (an `auto` cache is ours anyway)");
-  if (const std::string why = tools::check_threads("edgellm-generate", a.threads); !why.empty())
+  if (const std::string why = cli::check_threads("edgellm-generate", a.threads); !why.empty())
     return usage_error(why);
   if (a.backend == tools::BackendKind::vulkan) {
     if (a.fp32_reference) return usage_error("--fp32-reference runs on the CPU only; drop --backend vulkan");
@@ -462,7 +450,7 @@ int check_before_load(Args& a) {
   auto cfg = model::load_model_config(a.model);
   if (!cfg) return fail(cfg.error().message);
   if (const std::string why =
-          tools::check_context("--context", std::to_string(a.context), a.context,
+          cli::check_context("--context", std::to_string(a.context), a.context,
                                cfg->max_position_embeddings, a.force_context);
       !why.empty()) {
     return usage_error(why);
@@ -657,7 +645,7 @@ int run(const Args& a, Session& session) {
     return !lost_output;
   };
   const auto output_lost = [&] {
-    return tools::finish_stdout("edgellm-generate", lost_output ? 1 : 0, lost_errno) != 0;
+    return cli::finish_stdout("edgellm-generate", lost_output ? 1 : 0, lost_errno) != 0;
   };
 
   if (!a.chat) {
@@ -835,8 +823,8 @@ int run(const Args& a, Session& session) {
 int main(int argc, char** argv) {
   Args a;
   if (const int rc = parse_args(argc, argv, a); rc != 0) {
-    if (rc == 3) return std::fputs(kUsage, stdout), tools::finish_stdout("edgellm-generate", 0);
-    if (rc == 4) return tools::print_version("edgellm-generate");
+    if (rc == 3) return std::fputs(kUsage, stdout), cli::finish_stdout("edgellm-generate", 0);
+    if (rc == 4) return cli::print_version("edgellm-generate");
     return rc;
   }
   const auto fail = [](const std::string& msg) {
@@ -848,7 +836,7 @@ int main(int argc, char** argv) {
   if (::fcntl(STDOUT_FILENO, F_GETFD) == -1) return fail("stdout is closed; nothing to write to");
   if (a.model.empty()) a.model = default_model_dir(argv[0]);
   if (!a.prompt_file.empty()) {  // before loading: a wrong path fails at once
-    auto text = tools::read_prompt_file(a.prompt_file);
+    auto text = cli::read_prompt_file(a.prompt_file);
     if (!text) return fail("--file: " + text.error().message);
     a.prompt = std::move(*text);
   }
@@ -879,7 +867,7 @@ int main(int argc, char** argv) {
   eo.load.lm_head = on_vulkan && !a.lm_head_given ? model::LmHeadFormat::as_stored : a.lm_head;
   eo.lm_head_fallback = !a.lm_head_given;
   eo.threads = a.pin ? 1 : a.threads;
-  tools::ProgressBar progress(a.quiet);
+  cli::ProgressBar progress(a.quiet);
   eo.load.progress = std::ref(progress);
   auto engine = Engine::load(a.model, eo);
   progress.finish();

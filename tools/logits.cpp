@@ -2,7 +2,8 @@
 // edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
 // shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
 #include "cleanup.hpp"
-#include "cli.hpp"
+#include "../cli/common.hpp"
+#include "../cli/flags.hpp"
 #include "vulkan_model.hpp"
 #include "edgellm/decode/model.hpp"
 #include "edgellm/detail/split.hpp"
@@ -87,12 +88,12 @@ struct Args {
 // Parses argv; on error prints the reason and returns false (exit code 2).
 bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   const auto fail = [](const std::string& msg) {
-    edgellm::tools::usage_error("edgellm-logits", msg);
+    edgellm::cli::usage_error("edgellm-logits", msg);
     return false;
   };
   bool have_ids = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = edgellm::tools::canonical_flag(argv[i]);  // -m is --model
+    const std::string_view arg = edgellm::cli::canonical_flag(argv[i]);  // -m is --model
     const auto value = [&](std::string& out) {
       if (i + 1 >= argc) return false;
       out = argv[++i];
@@ -125,9 +126,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
     } else if (arg == "--device") {
       if (!value(v)) return fail("--device: missing N");
       std::uint32_t n = 0;
-      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || p != v.data() + v.size())
-        return fail("--device: '" + v + "' is not a device index");
+      if (!edgellm::cli::parse_number(v, n)) return fail("--device: '" + v + "' is not a device index");
       a.device = n;
     } else if (arg == "--vk-gemv") {
       if (!value(v))
@@ -149,11 +148,8 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
     } else if (arg == "--threads") {
       if (!value(v)) return fail("--threads: missing N");
       unsigned long n = 0;
-      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || p != v.data() + v.size()) {
-        return fail("--threads: '" + v + "' is not an integer");
-      }
-      if (const std::string why = edgellm::tools::check_threads("edgellm-logits", n);
+      if (!edgellm::cli::parse_number(v, n)) return fail("--threads: '" + v + "' is not an integer");
+      if (const std::string why = edgellm::cli::check_threads("edgellm-logits", n);
           !why.empty()) {
         return fail(why);
       }
@@ -163,8 +159,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       have_ids = true;
       for (const std::string_view item : edgellm::detail::split_list(v)) {
         std::int32_t id = 0;
-        const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
-        if (item.empty() || ec != std::errc() || p != item.data() + item.size()) {
+        if (!edgellm::cli::parse_number(item, id)) {
           return fail("--ids: '" + std::string(item) + "' (item " +
                       std::to_string(a.ids.size() + 1) + ") is not a token id");
         }
@@ -228,11 +223,11 @@ int check_before_load(const Args& a) {
     std::fprintf(stderr, "edgellm-logits: %s\n", cfg.error().message.c_str());
     return 1;
   }
-  if (const std::string why = edgellm::tools::check_context(
+  if (const std::string why = edgellm::cli::check_context(
           "--ids", "a prompt of " + std::to_string(a.ids.size()) + " ids", a.ids.size(),
           cfg->max_position_embeddings, a.force_context);
       !why.empty()) {
-    return edgellm::tools::usage_error("edgellm-logits", why);
+    return edgellm::cli::usage_error("edgellm-logits", why);
   }
   for (std::size_t i = 0; i < a.ids.size(); ++i) {
     if (a.ids[i] < 0 || static_cast<std::size_t>(a.ids[i]) >= cfg->vocab_size) {
@@ -273,7 +268,7 @@ int run(const Args& a) {
   edgellm::model::LoadOptions lo;
   lo.fp32_reference = a.fp32_reference;
   lo.allow_extra_tensors = a.allow_extra_tensors;
-  edgellm::tools::ProgressBar progress(a.quiet);
+  edgellm::cli::ProgressBar progress(a.quiet);
   lo.progress = std::ref(progress);
   const bool on_vulkan = a.backend == edgellm::tools::BackendKind::vulkan;
   // The device runs an f16 lm_head (or int4), not the CPU's default int8.
@@ -354,13 +349,13 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   bool help = false, version = false;
-  if (!parse_args(argc, argv, a, help, version)) return edgellm::tools::kUsageExit;
-  if (version) return edgellm::tools::print_version("edgellm-logits");
+  if (!parse_args(argc, argv, a, help, version)) return edgellm::cli::kUsageExit;
+  if (version) return edgellm::cli::print_version("edgellm-logits");
   if (help) {
     std::fputs(kUsage, stdout);
-    return edgellm::tools::finish_stdout("edgellm-logits", 0);
+    return edgellm::cli::finish_stdout("edgellm-logits", 0);
   }
   if (const int rc = check_before_load(a); rc != 0) return rc;
   const int rc = run(a);  // a failed --out write has said so already
-  return rc == 0 ? edgellm::tools::finish_stdout("edgellm-logits", rc) : rc;
+  return rc == 0 ? edgellm::cli::finish_stdout("edgellm-logits", rc) : rc;
 }

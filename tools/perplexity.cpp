@@ -2,7 +2,8 @@
 // edgellm-perplexity: sliding-window perplexity of a checkpoint on a text file, and with
 // --kl-base the KL divergence of its next-token distributions to a base model's (llama.cpp's
 // perplexity tool and its --kl-divergence, in one run with both models loaded).
-#include "cli.hpp"
+#include "../cli/common.hpp"
+#include "../cli/flags.hpp"
 #include "edgellm/io/json_write.hpp"
 #include "edgellm/model/config_json.hpp"
 #include "edgellm/model/tokenizer.hpp"
@@ -94,13 +95,13 @@ struct Args {
 // Parses argv; on error prints the reason and returns false (exit code 2).
 bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   const auto fail = [](const std::string& msg) {
-    edgellm::tools::usage_error(kProg, msg);
+    edgellm::cli::usage_error(kProg, msg);
     return false;
   };
   bool have_stride = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg =
-        edgellm::tools::canonical_flag(argv[i], {{"--file", "--text"}, {"--context", "--ctx"}});
+        edgellm::cli::canonical_flag(argv[i], {{"--file", "--text"}, {"--context", "--ctx"}});
     const std::string flag(arg);  // messages name the flag in full (-t is --threads)
     std::string v;
     const auto value = [&](std::string& out) {
@@ -112,8 +113,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
     const auto number = [&](std::size_t& out) {
       if (!value(v)) return fail(flag + ": missing N");
       unsigned long long n = 0;
-      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (v.empty() || ec != std::errc() || p != v.data() + v.size()) {
+      if (!edgellm::cli::parse_number(v, n)) {
         return fail(flag + ": '" + v + "' is not a non-negative integer");
       }
       out = static_cast<std::size_t>(n);
@@ -163,7 +163,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       if (a.max_tokens == 0) return fail(flag + ": must be at least 1");
     } else if (arg == "--threads") {
       if (!number(a.threads)) return false;
-      if (const std::string why = edgellm::tools::check_threads(kProg, a.threads); !why.empty()) {
+      if (const std::string why = edgellm::cli::check_threads(kProg, a.threads); !why.empty()) {
         return fail(why);
       }
     } else {
@@ -188,7 +188,7 @@ using Model = edgellm::model::Transformer<>;
 // Loads `dir` and makes a Transformer whose context holds one window.
 edgellm::result<Model> load_model(const std::string& dir, bool fp32_reference, const Args& a,
                                   edgellm::ThreadPool* pool,
-                                  edgellm::tools::ProgressBar& progress) {
+                                  edgellm::cli::ProgressBar& progress) {
   edgellm::model::LoadOptions lo;
   lo.fp32_reference = fp32_reference;
   lo.allow_extra_tensors = a.allow_extra_tensors;
@@ -259,7 +259,7 @@ struct Scores {
 
 // Runs every window through `m` (and `base`, when given) and accumulates the scores.
 edgellm::status score(const Args& a, std::span<const std::int32_t> ids, Model& m, Model* base,
-                      edgellm::tools::ProgressBar& progress, Scores& s) {
+                      edgellm::cli::ProgressBar& progress, Scores& s) {
   const std::size_t V = m.vocab_size(), ctx = a.ctx;
   // Pieces of max_batch tokens: the same chunks forward() would make of a whole window, so the
   // logits are those of one call, with a buffer of max_batch rows instead of ctx.
@@ -346,7 +346,7 @@ int run(const Args& a) {
     std::fprintf(stderr, "%s: %s\n", kProg, msg.c_str());
     return 1;
   };
-  auto text = edgellm::tools::read_text_argument(a.text, "--text", kMaxTextBytes);
+  auto text = edgellm::cli::read_text_argument(a.text, "--text", kMaxTextBytes);
   if (!text) return fail("--text: " + text.error().message);
   if (text->empty()) return fail("--text: '" + a.text + "' is empty");
   for (const auto& [flag, dir] : {std::pair{"--model", &a.model}, {"--kl-base", &a.kl_base}}) {
@@ -362,11 +362,11 @@ int run(const Args& a) {
     auto cfg = edgellm::model::load_model_config(*dir);
     if (!cfg) return fail(std::string(flag) + ": " + cfg.error().message);
     if (const std::string why =
-            edgellm::tools::check_context("--ctx", std::to_string(a.ctx), a.ctx,
+            edgellm::cli::check_context("--ctx", std::to_string(a.ctx), a.ctx,
                                           cfg->max_position_embeddings, a.force_context);
         !why.empty()) {
       const bool base = std::string_view(flag) == "--kl-base";
-      return edgellm::tools::usage_error(kProg, why + (base ? " (--kl-base '" + *dir + "')" : ""));
+      return edgellm::cli::usage_error(kProg, why + (base ? " (--kl-base '" + *dir + "')" : ""));
     }
   }
   auto tok = edgellm::model::Tokenizer::load(a.model);
@@ -389,7 +389,7 @@ int run(const Args& a) {
     if (!p) return fail(p.error().message);
     pool = std::move(*p);
   }
-  edgellm::tools::ProgressBar progress(a.quiet);
+  edgellm::cli::ProgressBar progress(a.quiet);
   auto m = load_model(a.model, a.fp32_reference, a, pool.get(), progress);
   if (!m) return fail("--model: " + m.error().message);
   std::optional<Model> base;
@@ -418,12 +418,12 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   bool help = false, version = false;
-  if (!parse_args(argc, argv, a, help, version)) return edgellm::tools::kUsageExit;
-  if (version) return edgellm::tools::print_version(kProg);
+  if (!parse_args(argc, argv, a, help, version)) return edgellm::cli::kUsageExit;
+  if (version) return edgellm::cli::print_version(kProg);
   if (help) {
     std::fputs(kUsage, stdout);
-    return edgellm::tools::finish_stdout(kProg, 0);
+    return edgellm::cli::finish_stdout(kProg, 0);
   }
   const int rc = run(a);
-  return rc == 0 ? edgellm::tools::finish_stdout(kProg, rc) : rc;
+  return rc == 0 ? edgellm::cli::finish_stdout(kProg, rc) : rc;
 }

@@ -3,7 +3,8 @@
 // anything is loaded (edgellm::plan_memory: config.json and the safetensors headers only), as
 // one JSON object, and the decision under a budget. --measure then loads it, fills the context
 // and reports the measured peak RSS beside the plan.
-#include "cli.hpp"
+#include "../cli/common.hpp"
+#include "../cli/flags.hpp"
 #include "edgellm/plan.hpp"
 #include "edgellm/io/json_write.hpp"
 #include "edgellm/io/meminfo.hpp"
@@ -61,13 +62,7 @@ Exit status: 0 fits (or no budget), 1 a runtime error or a plan over the budget 
 2 bad arguments.
 )";
 
-int usage_error(const std::string& msg) { return tools::usage_error("edgellm-plan", msg); }
-
-template <class T>
-bool parse_number(std::string_view s, T& out) {
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-}
+int usage_error(const std::string& msg) { return cli::usage_error("edgellm-plan", msg); }
 
 struct Measured {
   std::uint64_t baseline_rss = 0, peak_rss = 0, load_peak_rss = 0;
@@ -144,7 +139,7 @@ int main(int argc, char** argv) {
   bool shrink = false, do_measure = false, exact = false;
   std::optional<MemoryBudget> budget;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = tools::canonical_flag(argv[i]);  // -m is --model, ...
+    const std::string_view arg = cli::canonical_flag(argv[i]);  // -m is --model, ...
     const auto value = [&](std::string_view& v) {
       if (i + 1 >= argc) return false;
       v = argv[++i];
@@ -153,16 +148,16 @@ int main(int argc, char** argv) {
     std::string_view v;
     const auto num = [&](std::size_t& out, std::size_t lo, std::size_t hi) {
       if (!value(v)) return usage_error(std::string(arg) + ": missing N");
-      if (!parse_number(v, out) || out < lo || out > hi)
+      if (!cli::parse_number(v, out) || out < lo || out > hi)
         return usage_error(fmt::format("{}: '{}' is not a number in [{}, {}]", arg, v, lo, hi));
       return 0;
     };
     int rc = 0;
     if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
-      return tools::finish_stdout("edgellm-plan", 0);
+      return cli::finish_stdout("edgellm-plan", 0);
     } else if (arg == "--version") {
-      return tools::print_version("edgellm-plan");
+      return cli::print_version("edgellm-plan");
     } else if (arg == "--model" || arg == "--draft" || arg == "--format" || arg == "--meminfo" ||
                arg == "--packed-cache") {
       if (!value(v)) return usage_error(std::string(arg) + ": missing a value");

@@ -3,7 +3,8 @@
 // checkpoint from a calibration text, written as an AutoAWQ gemm checkpoint or, with
 // --fake-quant, as dequantised fp16 (quant/awq_model.hpp, quant/awq_output.hpp).
 #include "cleanup.hpp"
-#include "cli.hpp"
+#include "../cli/common.hpp"
+#include "../cli/flags.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/tokenizer.hpp"
 #include "edgellm/quant/awq_output.hpp"
@@ -86,11 +87,11 @@ struct Args {
 
 bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   const auto fail = [](const std::string& msg) {
-    edgellm::tools::usage_error(kProg, msg);
+    edgellm::cli::usage_error(kProg, msg);
     return false;
   };
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = edgellm::tools::canonical_flag(argv[i], {{"--file", "--calib"}});
+    const std::string_view arg = edgellm::cli::canonical_flag(argv[i], {{"--file", "--calib"}});
     const std::string flag(arg);
     std::string v;
     const auto value = [&](std::string& out) {
@@ -101,8 +102,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
     const auto number = [&](std::size_t& out) {
       if (!value(v)) return fail(flag + ": missing N");
       unsigned long long n = 0;
-      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (v.empty() || ec != std::errc() || p != v.data() + v.size())
+      if (!edgellm::cli::parse_number(v, n))
         return fail(flag + ": '" + v + "' is not a non-negative integer");
       out = static_cast<std::size_t>(n);
       return true;
@@ -138,9 +138,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
         const std::size_t eq = item.find('=');
         unsigned bits = 0;
         const std::string_view b = eq == std::string_view::npos ? "" : item.substr(eq + 1);
-        const auto [p, ec] = std::from_chars(b.data(), b.data() + b.size(), bits);
-        if (eq == std::string_view::npos || eq == 0 || b.empty() || ec != std::errc() ||
-            p != b.data() + b.size())
+        if (eq == std::string_view::npos || eq == 0 || !edgellm::cli::parse_number(b, bits))
           return fail(flag + ": '" + std::string(item) + "' is not PATTERN=BITS");
         if ((bits < 2 || bits > 8) && bits != 16)
           return fail(flag + ": '" + std::string(item) + "': bits must be 2..8 or 16");
@@ -177,7 +175,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
       a.quiet = true;
     } else if (arg == "--threads") {
       if (!number(a.threads)) return false;
-      if (const std::string why = edgellm::tools::check_threads(kProg, a.threads); !why.empty())
+      if (const std::string why = edgellm::cli::check_threads(kProg, a.threads); !why.empty())
         return fail(why);
     } else {
       return fail("unknown argument '" + std::string(argv[i]) + "'");
@@ -225,7 +223,7 @@ int run(Args& a) {
     pool = std::move(*p);
   }
   a.q.pool = pool.get();
-  edgellm::tools::ProgressBar bar(a.quiet);
+  edgellm::cli::ProgressBar bar(a.quiet);
   const auto progress = [&](const edgellm::quant::LayerProgress& p) {
     bar("quantize (layers)", p.layer, p.layers);
   };
@@ -261,11 +259,11 @@ int run(Args& a) {
 int main(int argc, char** argv) {
   Args a;
   bool help = false, version = false;
-  if (!parse_args(argc, argv, a, help, version)) return edgellm::tools::kUsageExit;
-  if (version) return edgellm::tools::print_version(kProg);
+  if (!parse_args(argc, argv, a, help, version)) return edgellm::cli::kUsageExit;
+  if (version) return edgellm::cli::print_version(kProg);
   if (help) {
     std::fputs(kUsage, stdout);
-    return edgellm::tools::finish_stdout(kProg, 0);
+    return edgellm::cli::finish_stdout(kProg, 0);
   }
   return run(a);
 }

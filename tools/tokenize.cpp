@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-tokenize: encode text to token ids, or decode ids to text, with a tokenizer.json; or
 // show the prompt a checkpoint's chat template makes of a conversation.
-#include "cli.hpp"
+#include "../cli/common.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/chat_template.hpp"
@@ -47,7 +47,7 @@ the token ids as JSON, or decodes ids back to text.
 Exit status: 0 on success, 1 when loading, encoding or decoding fails, 2 on a usage error.
 )";
 
-int usage_error(std::string_view why) { return edgellm::tools::usage_error("edgellm-tokenize", why); }
+int usage_error(std::string_view why) { return edgellm::cli::usage_error("edgellm-tokenize", why); }
 
 std::string ids_json(const std::vector<std::int32_t>& ids) {
   std::string out = "[";
@@ -89,7 +89,7 @@ std::optional<std::vector<std::int32_t>> parse_ids(std::string_view s, std::stri
 }
 
 // stdout through stdio (fmt::print would throw on a failed write); errors are found at the end
-// (tools::finish_stdout).
+// (edgellm::cli::finish_stdout).
 void write_stdout(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
 /// --chat: the rendered prompt as a JSON string. The template comes from tokenizer_config.json
@@ -134,7 +134,7 @@ int run(int argc, char** argv) {
   bool no_special = false, add_generation_prompt = false;
   for (int i = 1; i < argc; ++i) {
     // -m / --model is --tokenizer, -p / --prompt is --text (the llama.cpp spellings).
-    const std::string_view arg = edgellm::tools::canonical_flag(
+    const std::string_view arg = edgellm::cli::canonical_flag(
         argv[i], {{"--model", "--tokenizer"}, {"--prompt", "--text"}});
     const auto value = [&](std::optional<std::string>& slot) -> bool {
       if (i + 1 >= argc) return false;
@@ -145,7 +145,7 @@ int run(int argc, char** argv) {
       write_stdout(kUsage);
       return 0;
     } else if (arg == "--version") {
-      write_stdout(edgellm::tools::version_text("edgellm-tokenize"));
+      write_stdout(edgellm::cli::version_text("edgellm-tokenize"));
       return 0;
     } else if (arg == "--file") {
       if (!value(text_file)) return usage_error("--file needs a file (`-` = stdin)");
@@ -175,7 +175,7 @@ int run(int argc, char** argv) {
   if (add_generation_prompt && !chat_path) return usage_error("--add-generation-prompt needs --chat");
   if (chat_path) return render_chat(*tokenizer_path, *chat_path, add_generation_prompt);
   if (text_file) {
-    auto read = edgellm::tools::read_prompt_file(*text_file);
+    auto read = edgellm::cli::read_prompt_file(*text_file);
     if (!read) {
       fmt::print(stderr, "edgellm-tokenize: --file: {}\n", read.error().message);
       return 1;
@@ -256,5 +256,5 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // Output lost on the way to stdout (closed, a full disk) is a failure, not a success.
-  return edgellm::tools::finish_stdout("edgellm-tokenize", run(argc, argv));
+  return edgellm::cli::finish_stdout("edgellm-tokenize", run(argc, argv));
 }

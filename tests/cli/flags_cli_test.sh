@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# What every edgellm-* command line tool does the same way (tools/cli.hpp, bench/flags.hpp):
+# What every edgellm-* command line tool does the same way (cli/common.hpp, cli/flags.hpp, bench/flags.hpp):
 # --version (exit 0, the version and the git sha), --help (exit 0), a usage error (exit 2, the
 # message naming the flag), and the llama.cpp short flags meaning what the long ones do.
 #   flags_cli_test.sh BIN_DIR SOURCE_DIR

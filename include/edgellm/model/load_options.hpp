@@ -67,7 +67,7 @@ struct LoadOptions {
   /// "reading packed cache", "loading fp32 reference"), `done` of `total` counts the weights
   /// (matrix elements) of the linears and an int4 lm_head handled so far: (0, total) first, then
   /// after each matrix, done never decreasing, ending at done == total. The library prints
-  /// nothing; tools/cli.hpp draws it. Not kept in TransformerWeights::options.
+  /// nothing; cli/common.hpp draws it. Not kept in TransformerWeights::options.
   std::function<void(std::string_view stage, std::uint64_t done, std::uint64_t total)> progress{};
 };
 

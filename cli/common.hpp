@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// What every edgellm-* command line tool (and edgellm-bench-*, through bench/flags.hpp) does the
-// same way: llama.cpp's flag spellings, --version, the --threads cap, a prompt from a file or
-// stdin, whether its output really reached stdout, and the progress of a model load.
+// What every edgellm-* command line program (the tools/ and the bench/ ones) does the same way:
+// llama.cpp's flag spellings, --version, the --threads cap, a prompt from a file or stdin,
+// whether its output really reached stdout, and the progress of a model load. The flag table
+// they parse their command lines with is cli/flags.hpp.
 #pragma once
 
 #include "edgellm/config.hpp"
@@ -26,8 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
-namespace edgellm::tools {
+namespace edgellm::cli {
 
 /// Exit status of a malformed command line (unknown flag, missing or bad value), on every tool.
 inline constexpr int kUsageExit = 2;
@@ -275,4 +275,4 @@ class ProgressBar {
   int last_decile_ = -1;
 };
 
-}  // namespace edgellm::tools
+}  // namespace edgellm::cli
