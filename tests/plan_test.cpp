@@ -335,4 +335,93 @@ TEST_CASE("plan: the tokenizer estimate bounds its measured heap", "[plan]") {
   CHECK(used * 3 >= p->tokenizer_bytes);
 }
 
+TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only when needed",
+          "[plan]") {
+  using F = model::LmHeadFormat;
+  using K = cache::KvType;
+  PlanOptions o;
+  o.kv_type = K::f32;
+  o.context_size = 2048;
+  o.load.lm_head = F::as_stored;
+  const auto peak = [&](F f, K k, std::size_t ctx) {
+    PlanOptions t = o;
+    t.load.lm_head = f;
+    t.kv_type = k;
+    t.context_size = ctx;
+    auto p = plan_memory(bundled(), t);
+    REQUIRE(p);
+    return p->peak_bytes();
+  };
+  const std::uint64_t given = peak(F::as_stored, K::f32, 2048);
+
+  // Fits as given: nothing changes.
+  auto same = choose_within_budget(bundled(), o, given);
+  REQUIRE(same);
+  CHECK(same->note.empty());
+  CHECK(same->options.load.lm_head == F::as_stored);
+  CHECK(same->options.kv_type == K::f32);
+  CHECK(same->plan.peak_bytes() == given);
+
+  // Just below: the lm_head changes first, to the first of int8, int4 that fits (the bundled
+  // model ties its lm_head to the embedding: an int4 lm_head keeps the embedding too).
+  const std::uint64_t i8 = peak(F::int8, K::f32, 2048), q4 = peak(F::q4, K::f32, 2048);
+  const std::uint64_t lm_budget = std::min(i8, q4);
+  REQUIRE(lm_budget < given);
+  const F least = i8 <= q4 ? F::int8 : F::q4;
+  auto lm = choose_within_budget(bundled(), o, lm_budget);
+  REQUIRE(lm);
+  CHECK(lm->options.load.lm_head == least);
+  CHECK(lm->options.kv_type == K::f32);
+  CHECK(lm->options.context_size == 2048);
+  CHECK_THAT(lm->note, Catch::Contains("lm_head f16 -> "));
+  CHECK(lm->plan.peak_bytes() <= lm_budget);
+
+  // Below every lm_head at f32: the smallest lm_head, then the KV cache narrows (f16 first).
+  const std::uint64_t kv_f16 = peak(least, K::f16, 2048);
+  REQUIRE(kv_f16 < lm_budget);
+  auto kv = choose_within_budget(bundled(), o, kv_f16);
+  REQUIRE(kv);
+  CHECK(kv->options.load.lm_head == least);
+  CHECK(kv->options.kv_type == K::f16);
+  CHECK(kv->options.context_size == 2048);
+  CHECK_THAT(kv->note, Catch::Contains("KV f32 -> f16"));
+
+  // Below every lm_head and KV type at 2048 tokens: the context shrinks, to the longest that
+  // fits (one more token does not).
+  const std::uint64_t ctx_budget = peak(least, K::int8, 1000);
+  REQUIRE(ctx_budget < peak(least, K::int8, 2048));
+  auto ctx = choose_within_budget(bundled(), o, ctx_budget);
+  REQUIRE(ctx);
+  CHECK(ctx->options.load.lm_head == least);
+  CHECK(ctx->options.kv_type == K::int8);
+  const std::size_t got = ctx->options.context_size;
+  CHECK(got >= 1000);
+  CHECK(got < 2048);
+  CHECK(ctx->plan.peak_bytes() <= ctx_budget);
+  CHECK(peak(least, K::int8, got + 1) > ctx_budget);
+  CHECK_THAT(ctx->note, Catch::Contains("context 2048 -> " + std::to_string(got) + " tokens"));
+
+  // What the caller fixed stays: with the lm_head fixed, the KV cache narrows instead.
+  BudgetFreedom fixed_head;
+  fixed_head.lm_head = false;
+  auto kept = choose_within_budget(bundled(), o, lm_budget, fixed_head);
+  REQUIRE(kept);
+  CHECK(kept->options.load.lm_head == F::as_stored);
+  CHECK(kept->options.kv_type != K::f32);
+  CHECK(kept->plan.peak_bytes() <= lm_budget);
+  // The context never below min_context: refused with the smallest plan and the budget.
+  BudgetFreedom long_context;
+  long_context.min_context = 1500;
+  auto refused = choose_within_budget(bundled(), o, ctx_budget, long_context);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == errc::out_of_memory);
+  CHECK_THAT(refused.error().message, Catch::Contains("nothing fits the budget of") &&
+                                          Catch::Contains("kjv-target-awq"));
+  auto tiny = choose_within_budget(bundled(), o, 1 << 20);
+  REQUIRE_FALSE(tiny);
+  CHECK_THAT(tiny.error().message, Catch::Contains("budget of 1.0 MiB"));
+  CHECK_FALSE(choose_within_budget(bundled(), o, 0));
+  CHECK_FALSE(choose_within_budget("/nonexistent/model", o, given));
+}
+
 }  // namespace test_plan

@@ -51,6 +51,9 @@ it fits. Nothing is loaded: config.json and the safetensors headers are read.
   --draft DIR            a draft model for speculative decoding (-k N drafted tokens, default 5)
   --budget B             BYTES, NN[KMG]iB, or NN% of MemAvailable (/proc/meminfo)
   --shrink-context-to-fit  with --budget: the largest context that fits instead of a refusal
+  --choose               with --budget: choose what the flags leave open so that it fits: the
+                         lm_head (int8, f16, int4), then the KV type (f16, int8), then the
+                         context (the longest that fits, at least 256); says what and why
   --meminfo FILE         read the available memory from FILE instead of /proc/meminfo
   --measure              then load, create the sessions, fill every context and add the
                          measured bytes (VmRSS before loading, VmHWM after) to the output
@@ -136,7 +139,8 @@ int main(int argc, char** argv) {
   eo.load.lm_head = model::LmHeadFormat::int8;  // the CLIs' default (edgellm-generate's)
   SessionOptions so;
   std::size_t sessions = 1, k = 5;
-  bool shrink = false, do_measure = false, exact = false;
+  bool shrink = false, do_measure = false, exact = false, choose = false;
+  BudgetFreedom freedom;  // --choose: what the flags left open
   std::optional<MemoryBudget> budget;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = cli::canonical_flag(argv[i]);  // -m is --model, ...
@@ -168,6 +172,7 @@ int main(int argc, char** argv) {
                             : eo.load.packed_cache) = std::string(v);
     } else if (arg == "--context") {
       rc = num(so.context_size, 1, std::size_t{1} << 24);
+      freedom.context = false;
     } else if (arg == "--threads") {
       rc = num(eo.threads, 1, 1024);
     } else if (arg == "--max-batch") {
@@ -181,12 +186,14 @@ int main(int argc, char** argv) {
       auto t = cache::parse_kv_type(v);
       if (!t) return usage_error(std::string(arg) + ": " + t.error().message);
       so.kv_type = *t;
+      freedom.kv_type = false;
     } else if (arg == "--lm-head") {
       if (!value(v)) return usage_error("--lm-head: expected f16, int8 or int4");
       const auto f = model::parse_lm_head_format(v);
       if (!f) return usage_error("--lm-head: '" + std::string(v) + "' is not f16, int8 or int4");
       eo.load.lm_head = *f;
       eo.lm_head_fallback = false;
+      freedom.lm_head = false;
     } else if (arg == "--budget") {
       if (!value(v)) return usage_error("--budget: missing BYTES or NN%");
       auto b = parse_budget(v);
@@ -204,6 +211,8 @@ int main(int argc, char** argv) {
       eo.load_tokenizer = false;
     } else if (arg == "--shrink-context-to-fit") {
       shrink = true;
+    } else if (arg == "--choose") {
+      choose = true;
     } else if (arg == "--measure") {
       do_measure = true;
     } else {
@@ -214,6 +223,8 @@ int main(int argc, char** argv) {
   if (dir.empty()) return usage_error("no model: pass --model DIR");
   if (format != "json" && format != "text") return usage_error("--format: expected json or text");
   if (shrink && !budget) return usage_error("--shrink-context-to-fit needs --budget");
+  if (choose && !budget) return usage_error("--choose needs --budget");
+  if (choose && shrink) return usage_error("--choose shrinks the context itself; drop --shrink-context-to-fit");
   if (budget) budget->meminfo_path = meminfo;
   if (exact && do_measure) return usage_error("--measure runs the fast path; drop --exact");
   so.speculative.k = k;
@@ -231,11 +242,26 @@ int main(int argc, char** argv) {
   }
   BudgetDecision decision;
   decision.context_size = plan->session.context_size;
+  std::string chosen;  // --choose: what it changed and why
   if (budget) {
     auto bytes = resolve_budget(*budget);
     if (!bytes) {
       std::fprintf(stderr, "edgellm-plan: %s\n", bytes.error().message.c_str());
       return 1;
+    }
+    if (choose) {
+      auto c = choose_within_budget(dir, po, *bytes, freedom);
+      if (!c) {
+        std::fprintf(stderr, "edgellm-plan: %s\n", c.error().message.c_str());
+        return 1;
+      }
+      po = c->options;
+      *plan = std::move(c->plan);
+      chosen = c->note.empty() ? "the settings fit as given" : c->note;
+      eo.load.lm_head = po.load.lm_head;
+      so.kv_type = po.kv_type;
+      so.context_size = plan->session.context_size;
+      std::fprintf(stderr, "edgellm-plan: %s\n", chosen.c_str());
     }
     decision = decide_budget(*plan, *bytes, shrink);
   }
@@ -291,6 +317,14 @@ int main(int argc, char** argv) {
                      "\"message\":",
                      decision.budget_bytes, decision.fits, decision.context_size, decision.shrunk);
     io::json::append_escaped(o, decision.message);
+    if (choose) {
+      o += fmt::format(",\"chosen\":{{\"lm_head\":\"{}\",\"kv_type\":\"{}\",\"context_size\":{},"
+                       "\"note\":",
+                       model::lm_head_format_name(po.load.lm_head), cache::kv_type_name(po.kv_type),
+                       s.context_size);
+      io::json::append_escaped(o, chosen);
+      o += "}";
+    }
     o += "}";
   }
   if (measured) {

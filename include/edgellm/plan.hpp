@@ -37,9 +37,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace edgellm {
 
@@ -618,6 +620,121 @@ inline BudgetDecision decide_budget(const MemoryPlan& p, std::uint64_t budget, b
   d.fits = false;
   d.message = plan_summary(p) + ", budget " + mib(budget);
   return d;
+}
+
+/// What choose_within_budget may change: what the app (or the user's flags) left open.
+struct BudgetFreedom {
+  bool lm_head = true;   ///< the lm_head's format
+  bool kv_type = true;   ///< the KV cache's type, only ever narrower
+  bool context = true;   ///< the context, only ever shorter
+  std::size_t min_context = 256;  ///< the shortest context it settles for (or the asked one)
+};
+
+/// Settings chosen to fit a budget: the options to load and create sessions with, their plan,
+/// and what was changed and why.
+struct BudgetChoice {
+  PlanOptions options;
+  MemoryPlan plan;
+  std::string note;  ///< "" when the settings fit as given
+};
+
+/// Chooses settings for `dir` whose plan peaks at most `budget` bytes, starting from `o` and
+/// changing only what `may` leaves open, in this order, each step only when the ones before it
+/// do not fit:
+///   1. the lm_head: int8 (near-lossless), then f16 as stored (exact, mapped, read every
+///      token), then int4 (the smallest, with quantisation error): the first that fits, or
+///      else the one with the lowest peak;
+///   2. the KV cache: f16, then int8, never wider than asked: the first that fits, or the
+///      narrowest;
+///   3. the context: the longest that fits, at least may.min_context (or the context asked,
+///      when shorter).
+/// Errors: plan_memory's; errc::out_of_memory when nothing fits, with the smallest plan it
+/// found and the budget.
+inline result<BudgetChoice> choose_within_budget(const std::string& dir, const PlanOptions& o,
+                                                 std::uint64_t budget,
+                                                 const BudgetFreedom& may = {}) {
+  constexpr std::string_view where = "choose_within_budget";
+  if (budget == 0) return make_error(errc::invalid_argument, where, "budget: 0 bytes");
+  BudgetChoice c;
+  c.options = o;
+  auto first = plan_memory(dir, o);
+  if (!first) return first.error();
+  c.plan = std::move(*first);
+  const auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() <= budget; };
+  std::string steps;
+  const auto step = [&](const std::string& what, const MemoryPlan& from, const MemoryPlan& to) {
+    if (!steps.empty()) steps += "; ";
+    steps += what + " (peak " + mib(from.peak_bytes()) + " -> " + mib(to.peak_bytes()) + ")";
+  };
+  // Tries each candidate setting (applied by `set`) in order: the first that fits, or the
+  // lowest peak when none does; keeps it if it lowers the peak.
+  const auto try_each = [&](std::string_view what, const auto& candidates, const auto& set,
+                            const auto& name) -> status {
+    std::optional<std::pair<PlanOptions, MemoryPlan>> best;
+    for (const auto& value : candidates) {
+      PlanOptions t = c.options;
+      set(t, value);
+      auto p = plan_memory(dir, t);
+      if (!p) return p.error();
+      const bool good = fits(*p);
+      if (good || !best || p->peak_bytes() < best->second.peak_bytes())
+        best.emplace(std::move(t), std::move(*p));
+      if (good) break;
+    }
+    if (best && best->second.peak_bytes() < c.plan.peak_bytes()) {
+      step(std::string(what) + " " + name(c.options) + " -> " + name(best->first), c.plan,
+           best->second);
+      c.options = std::move(best->first);
+      c.plan = std::move(best->second);
+    }
+    return {};
+  };
+  if (!fits(c.plan) && may.lm_head) {
+    std::vector<model::LmHeadFormat> formats;
+    for (const auto f : {model::LmHeadFormat::int8, model::LmHeadFormat::as_stored,
+                         model::LmHeadFormat::q4})
+      if (f != o.load.lm_head) formats.push_back(f);
+    auto st = try_each(
+        "lm_head", formats, [](PlanOptions& t, model::LmHeadFormat f) { t.load.lm_head = f; },
+        [](const PlanOptions& t) { return std::string(model::lm_head_format_name(t.load.lm_head)); });
+    if (!st) return st.error();
+  }
+  if (!fits(c.plan) && may.kv_type) {
+    std::vector<cache::KvType> types;
+    if (o.kv_type == cache::KvType::f32) types.push_back(cache::KvType::f16);
+    if (o.kv_type != cache::KvType::int8) types.push_back(cache::KvType::int8);
+    auto st = try_each(
+        "KV", types, [](PlanOptions& t, cache::KvType k) { t.kv_type = k; },
+        [](const PlanOptions& t) { return std::string(cache::kv_type_name(t.kv_type)); });
+    if (!st) return st.error();
+  }
+  if (!fits(c.plan) && may.context) {
+    const std::size_t asked = c.plan.session.context_size;
+    const std::size_t ctx = largest_context_within(c.plan, budget);
+    if (ctx > 0 && ctx >= std::min(may.min_context, asked)) {
+      PlanOptions t = c.options;
+      t.context_size = ctx;
+      auto p = plan_memory(dir, t);
+      if (!p) return p.error();
+      step("context " + std::to_string(asked) + " -> " + std::to_string(ctx) + " tokens", c.plan,
+           *p);
+      c.options = std::move(t);
+      c.plan = std::move(*p);
+    }
+  }
+  if (!fits(c.plan)) {
+    const std::string floor =
+        may.context ? " (the context no shorter than " +
+                          std::to_string(std::min(may.min_context, c.plan.session.context_size)) +
+                          " tokens)"
+                    : "";
+    return make_error(errc::out_of_memory, where,
+                      dir + ": nothing fits the budget of " + mib(budget) + floor +
+                          "; the least found " + plan_summary(c.plan) +
+                          (steps.empty() ? "" : " after " + steps));
+  }
+  if (!steps.empty()) c.note = "to fit the budget of " + mib(budget) + ": " + steps;
+  return c;
 }
 
 }  // namespace edgellm
