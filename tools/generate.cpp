@@ -77,6 +77,10 @@ model:
                          at load (default int8: half the bytes per token of f16; falls back to
                          f16 when no group size divides hidden_size); as_stored and q4 are
                          accepted aliases; ignored with --fp32-reference
+  --memory-budget B      BYTES, NN[KMG]iB or NN% of MemAvailable: before loading, choose what
+                         no flag fixed so that the plan fits (edgellm-plan --choose: the
+                         lm_head, then the KV type, then the context); says what it chose, or
+                         refuses with the plan when nothing fits (CPU backend)
   --backend B            cpu (default) or vulkan: weights, activations and the KV cache on a
                          Vulkan device, a decode step one submission (int4 linears; the
                          lm_head as stored unless --lm-head is given; --kv-type int8 or f16)
@@ -177,6 +181,7 @@ struct Args {
   // max_tokens: kNoTokenLimit for -n -1 (until the end of the text or a full context)
   std::size_t threads = default_threads(), context = 0, max_tokens = 128;
   cache::KvType kv_type = cache::KvType::int8;
+  std::optional<MemoryBudget> memory_budget;
   tools::BackendKind backend = tools::BackendKind::cpu;
   std::optional<std::uint32_t> device;
   std::optional<backend::vk::GemvChoice> vk_gemv;
@@ -337,6 +342,11 @@ int parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--prompt-cache") {
       if (!need("FILE") || v.empty()) return usage_error("--prompt-cache: missing FILE");
       a.prompt_cache = v;
+    } else if (arg == "--memory-budget") {
+      if (!need("B")) return usage_error("--memory-budget: missing BYTES, NN[KMG]iB or NN%");
+      auto b = parse_budget(v);
+      if (!b) return usage_error("--memory-budget: " + b.error().message);
+      a.memory_budget = *b;
     } else {
       return usage_error(fmt::format("unknown argument '{}'", argv[i]));
     }
@@ -363,6 +373,8 @@ int parse_args(int argc, char** argv, Args& a) {
     return usage_error("--force: only with --packed-cache FILE (an `auto` cache is ours anyway)");
   if (const std::string why = cli::check_threads("edgellm-generate", a.threads); !why.empty())
     return usage_error(why);
+  if (a.memory_budget && a.backend == tools::BackendKind::vulkan)
+    return usage_error("--memory-budget plans host memory: CPU backend only; drop --backend vulkan");
   if (a.backend == tools::BackendKind::vulkan) {
     if (a.fp32_reference) return usage_error("--fp32-reference runs on the CPU only; drop --backend vulkan");
   } else if (a.device) {
@@ -867,6 +879,35 @@ int main(int argc, char** argv) {
   eo.load.lm_head = on_vulkan && !a.lm_head_given ? model::LmHeadFormat::as_stored : a.lm_head;
   eo.lm_head_fallback = !a.lm_head_given;
   eo.threads = a.pin ? 1 : a.threads;
+  if (a.memory_budget) {  // choose what no flag fixed, before anything is loaded
+    auto bytes = resolve_budget(*a.memory_budget);
+    if (!bytes) return fail("--memory-budget: " + bytes.error().message);
+    SessionOptions planned;
+    planned.kv_type = a.kv_type;
+    planned.context_size = a.context;
+    PlanOptions po = plan_options(eo, planned);
+    if (a.draft == "lookup") {
+      po.prompt_lookup = true;
+    } else if (!a.draft.empty()) {
+      po.draft_dir = a.draft;
+      po.draft_load = EngineOptions::draft_of(eo).load;
+    }
+    po.draft_tokens = a.k;
+    BudgetFreedom may;
+    may.lm_head = !a.lm_head_given;
+    may.kv_type = !a.was_given("--kv-type");
+    may.context = !a.was_given("--context");
+    auto chosen = choose_within_budget(a.model, po, *bytes, may);
+    if (!chosen) return fail("--memory-budget: " + chosen.error().message);
+    eo.load.lm_head = chosen->options.load.lm_head;
+    a.kv_type = chosen->options.kv_type;
+    a.context = chosen->plan.session.context_size;
+    if (!a.quiet)
+      std::fprintf(stderr, "memory budget: %s\n",
+                   chosen->note.empty() ? ("fits as asked (" + mib(chosen->plan.peak_bytes()) +
+                                           " of " + mib(*bytes) + ")").c_str()
+                                        : chosen->note.c_str());
+  }
   cli::ProgressBar progress(a.quiet);
   eo.load.progress = std::ref(progress);
   auto engine = Engine::load(a.model, eo);

@@ -283,6 +283,10 @@ fi
 
 # Usage errors (exit 2) naming the flags: an empty -m is not the bundled model; flags that
 # would silently ignore one another.
+expect "--memory-budget: the context shrinks to fit" 0 "memory budget: to fit the budget of 3.0 MiB: context 2048 -> [0-9]+ tokens" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 3MiB
+expect "--memory-budget: fits as asked" 0 "memory budget: fits as asked" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1GiB
+expect "--memory-budget: nothing fits" 1 "--memory-budget: .*nothing fits the budget of 1.0 MiB" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1MiB
+expect "--memory-budget: bad size" 2 "--memory-budget: " -- "$bin" --model "$model" --memory-budget lots
 expect "-m ''" 2 "--model: empty DIR" -- "$bin" -m "" -n 2
 expect "--prompt-ids with -p" 2 "--prompt and --prompt-ids both give the prompt" -- "$bin" --model "$model" -p "And God" --prompt-ids 1,2
 expect "-p with -f" 2 "--prompt and --file both give the prompt" -- "$bin" --model "$model" -p "And God" -f -
