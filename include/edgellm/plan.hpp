@@ -509,6 +509,15 @@ inline std::uint64_t embedding_touched(const MemoryPlan& p) {
   return one(p.weights) + (p.has_draft ? one(p.draft) : 0);
 }
 
+/// `p` replanned for other session options (KV type, context, batch): the weights as planned,
+/// so pure arithmetic, the same figures plan_memory(dir, o) gives when o's load is p's.
+inline MemoryPlan with_session_options(MemoryPlan p, const PlanOptions& o) {
+  p.options = o;
+  p.session = plan_session(p.weights, p.has_draft ? &p.draft : nullptr, o);
+  p.embedding_touched_bytes = embedding_touched(p);
+  return p;
+}
+
 /// The plan for `dir` with `o`: weights (plan_weights), a draft's, the tokenizer (from the size
 /// of tokenizer.json), and o.sessions sessions (plan_session). Nothing large is allocated and
 /// no weight is read. Errors: plan_weights's, a missing tokenizer.json when it is to be loaded,
@@ -541,9 +550,7 @@ inline result<MemoryPlan> plan_memory(const std::string& dir, const PlanOptions&
     p.tokenizer_bytes = size * plan_detail::kTokenizerPerFileByte;
     p.tokenizer_load_peak_bytes = size * plan_detail::kTokenizerLoadPerFileByte;
   }
-  p.session = plan_session(p.weights, p.has_draft ? &p.draft : nullptr, o);
-  p.embedding_touched_bytes = embedding_touched(p);
-  return p;
+  return with_session_options(std::move(p), o);
 }
 
 /// "1234.5 MiB"
@@ -592,12 +599,10 @@ std::size_t largest_context_where(std::size_t most, const Fits& fits) {
 /// The largest context in [1, p.session.context_size] whose plan (p's weights, tokenizer and
 /// sessions) peaks at most `budget`; 0 when even one token does not fit.
 inline std::size_t largest_context_within(const MemoryPlan& p, std::uint64_t budget) {
-  MemoryPlan q = p;
+  PlanOptions o = p.options;
   return largest_context_where(p.session.context_size, [&](std::size_t ctx) {
-    q.options.context_size = ctx;
-    q.session = plan_session(q.weights, q.has_draft ? &q.draft : nullptr, q.options);
-    q.embedding_touched_bytes = embedding_touched(q);
-    return q.peak_bytes() <= budget;
+    o.context_size = ctx;
+    return with_session_options(p, o).peak_bytes() <= budget;
   });
 }
 
@@ -666,15 +671,15 @@ inline result<BudgetChoice> choose_within_budget(const std::string& dir, const P
     if (!steps.empty()) steps += "; ";
     steps += what + " (peak " + mib(from.peak_bytes()) + " -> " + mib(to.peak_bytes()) + ")";
   };
-  // Tries each candidate setting (applied by `set`) in order: the first that fits, or the
-  // lowest peak when none does; keeps it if it lowers the peak.
+  // Tries each candidate setting (applied by `set`, planned by `replan`) in order: the first
+  // that fits, or the lowest peak when none does; keeps it if it lowers the peak.
   const auto try_each = [&](std::string_view what, const auto& candidates, const auto& set,
-                            const auto& name) -> status {
+                            const auto& replan, const auto& name) -> status {
     std::optional<std::pair<PlanOptions, MemoryPlan>> best;
     for (const auto& value : candidates) {
       PlanOptions t = c.options;
       set(t, value);
-      auto p = plan_memory(dir, t);
+      result<MemoryPlan> p = replan(t);
       if (!p) return p.error();
       const bool good = fits(*p);
       if (good || !best || p->peak_bytes() < best->second.peak_bytes())
@@ -696,6 +701,7 @@ inline result<BudgetChoice> choose_within_budget(const std::string& dir, const P
       if (f != o.load.lm_head) formats.push_back(f);
     auto st = try_each(
         "lm_head", formats, [](PlanOptions& t, model::LmHeadFormat f) { t.load.lm_head = f; },
+        [&](const PlanOptions& t) { return plan_memory(dir, t); },  // other weights
         [](const PlanOptions& t) { return std::string(model::lm_head_format_name(t.load.lm_head)); });
     if (!st) return st.error();
   }
@@ -705,6 +711,7 @@ inline result<BudgetChoice> choose_within_budget(const std::string& dir, const P
     if (o.kv_type != cache::KvType::int8) types.push_back(cache::KvType::int8);
     auto st = try_each(
         "KV", types, [](PlanOptions& t, cache::KvType k) { t.kv_type = k; },
+        [&](const PlanOptions& t) -> result<MemoryPlan> { return with_session_options(c.plan, t); },
         [](const PlanOptions& t) { return std::string(cache::kv_type_name(t.kv_type)); });
     if (!st) return st.error();
   }
@@ -714,12 +721,11 @@ inline result<BudgetChoice> choose_within_budget(const std::string& dir, const P
     if (ctx > 0 && ctx >= std::min(may.min_context, asked)) {
       PlanOptions t = c.options;
       t.context_size = ctx;
-      auto p = plan_memory(dir, t);
-      if (!p) return p.error();
+      MemoryPlan p = with_session_options(c.plan, t);
       step("context " + std::to_string(asked) + " -> " + std::to_string(ctx) + " tokens", c.plan,
-           *p);
+           p);
       c.options = std::move(t);
-      c.plan = std::move(*p);
+      c.plan = std::move(p);
     }
   }
   if (!fits(c.plan)) {
