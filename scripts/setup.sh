@@ -26,6 +26,7 @@ test_packages=(
   openjdk-17-jdk-headless                     # Java binding (bindings/java): javac, jni.h, tests
   libvulkan-dev glslc                         # Vulkan backend: headers, shader compiler
   mesa-vulkan-drivers vulkan-validationlayers # lavapipe (Vulkan on the CPU), validation layers
+  libcpp-httplib-dev pkg-config               # edgellm-server (HTTP), found through pkg-config
 )
 
 packages=("${build_packages[@]}")

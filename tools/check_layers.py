@@ -28,6 +28,7 @@ LAYERS = [
     ("backend/",),
     ("model/", "quant/"),
     ("decode/",),
+    ("constrain/",),
     ("session/", "session.hpp", "plan.hpp"),
     ("edgellm.hpp", "kernels.hpp", "model.hpp", "decode.hpp"),  # umbrellas
 ]
@@ -41,7 +42,7 @@ VULKAN = "backend/vulkan/"
 VULKAN_HEADERS = (VULKAN, "session/vulkan.hpp")
 VULKAN_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](vulkan/[^">]+|edgellm/backend/vulkan/[^">]+)[">]')
 # Folder namespaces whose `detail` is private to the folder.
-FOLDER_DETAIL = re.compile(r"\b(io|kernels|cache|backend|model|quant|decode|session)::detail\b")
+FOLDER_DETAIL = re.compile(r"\b(io|kernels|cache|backend|model|quant|decode|constrain|session)::detail\b")
 
 
 def layer_of(rel: str) -> int | None:

@@ -252,6 +252,9 @@ struct GenerateOptions {
   bool skip_special = true;               ///< special tokens produce no text
   bool add_special = true;                ///< text prompts: add the tokenizer's bos etc.
   bool parse_special = false;             ///< text prompts: "<|im_start|>" etc. become special tokens
+  /// Changes the scores of every sampled token (a constraint: constrain/json_constraint.hpp);
+  /// the caller's, it must outlive the call. Null: none.
+  decode::LogitsProcessor* logits_processor = nullptr;
 };
 
 /// Streaming callback: a piece of generated text (whole UTF-8 characters; text that may start a
@@ -342,6 +345,12 @@ class Session {
           return false;
         }
       };
+      // The processor is this call's only: set for the run, cleared however it ends.
+      sampler_.set_logits_processor(options.logits_processor);
+      struct ClearProcessor {
+        decode::Sampler& s;
+        ~ClearProcessor() { s.set_logits_processor(nullptr); }
+      } clear_processor{sampler_};
       auto stats = core_->run(sampler_, *tok, prompt, go, on_text, out.tokens);
       if (!stats) return stats.error();
       last_prompt_.assign(prompt.begin(), prompt.end());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "edgellm/detail/diagnostics.hpp"
+#include "edgellm/decode/logits_processor.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -148,7 +149,8 @@ class Sampler {
     if (n == 0) return make_error(errc::invalid_argument, "Sampler", "logits: empty");
     if (n > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
       return make_error(errc::invalid_argument, "Sampler", "logits: too many entries");
-    if (is_greedy() && (options_.repetition_penalty == 1.0f || history.empty())) {
+    if (is_greedy() && processor_ == nullptr &&
+        (options_.repetition_penalty == 1.0f || history.empty())) {
       // The common greedy step (each verified position of a speculative step is one): one pass
       // over the logits, no copy. Same answer as the general path below: the lowest id of the
       // largest score, and an error on NaN / +inf (left to that path to name).
@@ -166,6 +168,14 @@ class Sampler {
                               " (the model produced a non-finite score)");
     }
     apply_penalty(history);
+    if (processor_ != nullptr) {
+      if (auto st = processor_->apply(work_, history); !st) return st;
+      if (std::all_of(work_.begin(), work_.end(), [](float x) {
+            return x == -std::numeric_limits<float>::infinity();
+          }))
+        return make_error(errc::invalid_argument, "Sampler",
+                          "the logits processor allowed no token");
+    }
     out.ids.clear();
     out.probs.clear();
     if (is_greedy()) {
@@ -233,6 +243,11 @@ class Sampler {
     for (double& p : out.probs) p /= kept;
     return {};
   }
+
+  /// Applies `processor` (or none: null) to the logits of every later distribution(), after the
+  /// repetition penalty and before the temperature; it must outlive its use here.
+  void set_logits_processor(LogitsProcessor* processor) noexcept { processor_ = processor; }
+  LogitsProcessor* logits_processor() const noexcept { return processor_; }
 
   /// Draws one token of `d` with one uniform number from the stream.
   std::int32_t draw(const SparseDistribution& d) noexcept {
@@ -309,6 +324,7 @@ class Sampler {
   std::vector<std::int32_t> order_;    // [vocab] candidate ids
   std::vector<unsigned char> seen_;    // [vocab] penalty marks
   SparseDistribution dist_;
+  LogitsProcessor* processor_ = nullptr;  // not owned; see set_logits_processor
 };
 
 }  // namespace edgellm::decode

@@ -179,6 +179,14 @@ class Tokenizer {
   /// as long as the Tokenizer.
   std::optional<std::string_view> id_to_token(std::int32_t id) const;
 
+  /// The raw bytes token `id` adds to a text it is decoded in the middle of (before any UTF-8
+  /// repair: a byte-level token may hold part of a character), for constraints that match
+  /// output bytes (constrain/); empty for an unknown id. See DecoderChain::token_bytes.
+  std::string token_bytes(std::int32_t id) const {
+    const auto text = token_text(id);
+    return text ? decoder_.token_bytes(*text) : std::string();
+  }
+
   /// BOS / EOS ids: the special tokens the post_processor template puts before / after the text
   /// (Llama-2 `<s>`, Llama-3 `<|begin_of_text|>`), otherwise the first special added token
   /// among well-known spellings (BOS: `<s>`, `<|begin_of_text|>`, `<bos>`, `<|startoftext|>`;

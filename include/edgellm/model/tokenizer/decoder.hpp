@@ -135,6 +135,34 @@ struct DecoderChain {
     return tokens;
   }
 
+  /// The raw bytes one token adds in the middle of a text (what a byte-level constraint
+  /// matches): ByteLevel maps back to bytes (a UTF-8 character may be split across tokens),
+  /// ByteFallback `<0xAB>` is that byte, Replace and Metaspace replace (never as the first
+  /// token), a Strip after a Fuse acts only at the start of the whole text and is skipped.
+  std::string token_bytes(std::string_view token) const {
+    std::string t(token);
+    for (const DecoderStep& d : steps) {
+      switch (d.kind) {
+        case DecoderStep::Kind::byte_level: {
+          std::string bytes;
+          append_byte_level_decoded(bytes, t);
+          t = std::move(bytes);
+          break;
+        }
+        case DecoderStep::Kind::byte_fallback:
+          if (const auto b = parse_byte_token(t)) t.assign(1, static_cast<char>(*b));
+          break;
+        case DecoderStep::Kind::fuse: break;
+        case DecoderStep::Kind::strip:
+          if (!d.fused_input) t = strip_token(t, d.content, d.start, d.stop);
+          break;
+        case DecoderStep::Kind::replace: t = replace_all(t, d.pattern, d.content); break;
+        case DecoderStep::Kind::metaspace: t = metaspace_token(t, d.pattern, false); break;
+      }
+    }
+    return t;
+  }
+
   /// The text of `tokens`: what apply() gives, concatenated, or the tokens joined by spaces
   /// when there is no decoder.
   std::string decode(std::vector<std::string> tokens) const {

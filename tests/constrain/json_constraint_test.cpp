@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// JsonConstraint on the bundled model: the trie walk gives the scalar twin's mask in every state
+// met on the way through sample texts; sampled generations through a Session stay JSON (whole
+// texts parse as objects, cut ones are viable prefixes); the state follows any history order
+// (rollback); a history the constraint would not have produced is an error that says so.
+#include "edgellm/constrain/json_constraint.hpp"
+
+#include "edgellm/io/json.hpp"
+#include "edgellm/session.hpp"
+#include "support/prelude.hpp"
+#include "support/test_env.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace test_json_constraint {
+
+using namespace edgellm;
+using constrain::JsonConstraint;
+using constrain::JsonMatcher;
+
+std::shared_ptr<const Engine> engine() {
+  static const auto e = [] {
+    auto r = Engine::load(test::source_dir() + "/models/kjv-target-awq");
+    REQUIRE(r);
+    return *r;
+  }();
+  return e;
+}
+
+std::shared_ptr<const constrain::TokenTrie> trie() {
+  auto t = constrain::TokenTrie::build(*engine()->tokenizer(), engine()->config().vocab_size);
+  REQUIRE(t);
+  return *t;
+}
+
+std::vector<std::int32_t> stops() {
+  return {engine()->eos_ids().begin(), engine()->eos_ids().end()};
+}
+
+TEST_CASE("JsonConstraint: the trie walk equals the scalar twin in every state", "[constrain]") {
+  auto c = JsonConstraint::create(trie(), stops(), 0);
+  REQUIRE(c);
+  const std::string texts[] = {
+      "{\"name\": \"Moses\", \"age\": 120, \"sons\": [\"Gershom\", \"Eliezer\"], \"ok\": true}",
+      "{\"e\":\"\\u00e9\\n\",\"x\":{\"y\":[-1.5e3,null,{}]}}",
+  };
+  std::size_t states = 0;
+  for (const std::string& text : texts) {
+    JsonMatcher m;
+    for (std::size_t i = 0; i <= text.size(); ++i) {
+      INFO(text.substr(0, i));
+      REQUIRE((*c)->mask_for(m) == (*c)->mask_scalar(m));
+      ++states;
+      if (i < text.size()) REQUIRE(m.feed(static_cast<unsigned char>(text[i])));
+    }
+    REQUIRE(m.done());
+  }
+  CHECK(states > 100);
+  CHECK((*c)->stats().cache_hits > 0);  // states repeat (inside strings, after values)
+}
+
+TEST_CASE("JsonConstraint keeps sampled generations JSON", "[constrain]") {
+  const auto tr = trie();
+  auto session = Session::create(engine(), {});
+  REQUIRE(session);
+  auto prompt = engine()->tokenizer()->encode("And God said", {});
+  REQUIRE(prompt);
+  json::ParseOptions po;
+  po.reject_duplicate_keys = false;
+  std::size_t whole = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    decode::SamplingOptions so;
+    so.seed = seed;
+    so.temperature = 1.0f;
+    REQUIRE(session->set_sampling(so));
+    auto c = JsonConstraint::create(tr, stops(), prompt->size());
+    REQUIRE(c);
+    GenerateOptions go;
+    go.max_new_tokens = 96;
+    go.logits_processor = c->get();
+    std::string text;
+    auto out = session->generate(std::span<const std::int32_t>(*prompt), go,
+                                 [&](std::string_view piece, std::int32_t) {
+                                   text += piece;
+                                   return true;
+                                 });
+    REQUIRE(out);
+    INFO("seed " << seed << ": " << text);
+    JsonMatcher m;
+    std::string bytes;
+    for (const auto id : out->tokens) bytes += std::string(*tr->bytes_of(id));
+    REQUIRE(m.feed(bytes));  // every emitted token continued the text
+    if (out->stats.stop == decode::StopReason::eos) {
+      ++whole;
+      REQUIRE(m.done());
+      auto doc = json::parse(bytes, "generated", po);
+      REQUIRE(doc);
+      CHECK(doc->is_object());
+    } else {
+      CHECK(out->stats.stop == decode::StopReason::max_tokens);
+    }
+  }
+  // The processor is the call's only: without it the next generation is free again.
+  auto free_run = session->generate(std::span<const std::int32_t>(*prompt), {.max_new_tokens = 8});
+  REQUIRE(free_run);
+  UNSCOPED_INFO(whole << " of 6 generations closed their object");
+}
+
+TEST_CASE("JsonConstraint follows the history in any order", "[constrain]") {
+  const auto tr = trie();
+  const std::vector<std::int32_t> prompt{5, 6, 7};
+  auto enc = [&](std::string_view s) {
+    auto ids = engine()->tokenizer()->encode(s, {.add_special = false});
+    REQUIRE(ids);
+    std::vector<std::int32_t> h = prompt;
+    h.insert(h.end(), ids->begin(), ids->end());
+    return h;
+  };
+  auto c = JsonConstraint::create(tr, stops(), prompt.size());
+  REQUIRE(c);
+  const auto long_history = enc("{\"a\": [1, 2");
+  const auto other = enc("{\"b\": \"x");
+  auto s1 = (*c)->state_after(long_history);
+  REQUIRE(s1);
+  auto s2 = (*c)->state_after(other);  // a different branch: rolled back and replayed
+  REQUIRE(s2);
+  auto s3 = (*c)->state_after(long_history);
+  REQUIRE(s3);
+  CHECK(*s3 == *s1);
+  JsonMatcher fresh;
+  REQUIRE(fresh.feed("{\"b\": \"x"));
+  CHECK(*s2 == fresh);
+  auto s0 = (*c)->state_after(prompt);
+  REQUIRE(s0);
+  CHECK(*s0 == JsonMatcher());
+
+  // Errors: a history shorter than the prompt; a token that breaks the JSON.
+  auto shorter = (*c)->state_after(std::vector<std::int32_t>{5});
+  REQUIRE_FALSE(shorter);
+  CHECK_THAT(shorter.error().message, Contains("shorter than the prompt"));
+  auto broken = (*c)->state_after(enc("x"));
+  REQUIRE_FALSE(broken);
+  CHECK_THAT(broken.error().message, Contains("does not continue the JSON text"));
+  CHECK_FALSE(JsonConstraint::create(tr, {}, 0));
+  CHECK_FALSE(JsonConstraint::create(tr, {-1}, 0));
+  CHECK_FALSE(JsonConstraint::create(nullptr, stops(), 0));
+}
+
+TEST_CASE("JsonConstraint allows only the stop ids once the text is whole", "[constrain]") {
+  auto c = JsonConstraint::create(trie(), stops(), 0);
+  REQUIRE(c);
+  JsonMatcher m;
+  REQUIRE(m.feed("{\"a\":1}"));
+  const auto& mask = (*c)->mask_for(m);
+  std::size_t allowed = 0;
+  for (std::size_t i = 0; i < engine()->config().vocab_size; ++i) allowed += constrain::mask_allows(mask, i);
+  CHECK(allowed == stops().size());
+  for (const auto id : stops()) CHECK(constrain::mask_allows(mask, static_cast<std::size_t>(id)));
+  JsonMatcher open;
+  REQUIRE(open.feed("{\"a\":"));
+  for (const auto id : stops())
+    CHECK_FALSE(constrain::mask_allows((*c)->mask_for(open), static_cast<std::size_t>(id)));
+}
+
+}  // namespace test_json_constraint

@@ -1,0 +1,1077 @@
+// SPDX-License-Identifier: Apache-2.0
+// edgellm-server: an OpenAI-compatible HTTP server over one loaded checkpoint.
+//
+//   edgellm-server -m models/kjv-target-awq --port 8080 --parallel 2
+//   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json'
+//        -d '{"messages":[{"role":"user","content":"Who made the light?"}],"max_tokens":32}'
+//
+// One Engine (weights, tokenizer) is shared read-only by --parallel slots, each a Session with
+// its own KV cache and its own share of the --threads. A request takes the free slot whose
+// cached tokens share the longest prefix with its prompt (a conversation's next turn prefills
+// only the new part), else waits in a queue of --queue places; a full queue is answered 503 with
+// Retry-After. Generation stops at the next token when the client disconnects, the request
+// runs past --timeout, or the server shuts down (SIGTERM/SIGINT: stop accepting, let requests
+// in flight finish for --grace seconds, cancel the rest, exit 0).
+//
+// HTTP is cpp-httplib's (one thread per connection from a pool of --http-threads); JSON is the
+// project's reader (io/json.hpp) and writer (io/json_write.hpp).
+#include "../cli/common.hpp"
+#include "../cli/flags.hpp"
+
+#include <edgellm/constrain/json_constraint.hpp>
+#include <edgellm/io/json.hpp>
+#include <edgellm/io/json_write.hpp>
+#include <edgellm/model/chat_template.hpp>
+#include <edgellm/session.hpp>
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace {
+
+using namespace edgellm;
+namespace json = edgellm::io::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kProg = "edgellm-server";
+
+struct ServerOptions {
+  std::string model;
+  std::string alias;  // the model id in /v1/models and replies; default: the directory's name
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::size_t parallel = 1;
+  std::size_t queue = 16;
+  std::vector<int> threads{static_cast<int>(std::max<std::size_t>(1, detail::hardware_threads()))};
+  std::size_t context = 0;
+  std::string kv_type = "int8";
+  std::string lm_head = "int8";
+  std::string api_key;
+  std::size_t max_body = std::size_t{4} << 20;
+  std::size_t max_messages = 1024;
+  std::size_t max_tokens = 0;  // per request; 0: what the context leaves
+  std::size_t timeout_s = 600;
+  std::size_t grace_s = 10;
+  std::size_t http_threads = 128;
+  bool quiet = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Errors as OpenAI writes them: {"error": {"message", "type", "param", "code"}}.
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+std::string error_body(const ApiError& e) {
+  json::Object inner;
+  inner.append("message", e.message);
+  inner.append("type", e.type);
+  inner.append("param", e.param.empty() ? json::Value() : json::Value(e.param));
+  inner.append("code", e.code.empty() ? json::Value() : json::Value(e.code));
+  json::Object outer;
+  outer.append("error", json::Value(std::move(inner)));
+  return json::dump(json::Value(std::move(outer)));
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_body(e), "application/json");
+}
+
+ApiError invalid(std::string message) {
+  return {400, std::move(message), "invalid_request_error", {}, {}};
+}
+
+ApiError server_fault(int status, std::string message) {
+  return {status, std::move(message), "server_error", {}, {}};
+}
+
+ApiError bad_param(std::string param, std::string message) {
+  return {400, std::move(message), "invalid_request_error", std::move(param), {}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The connection a request came on, found by its peer address, so that a generation notices a
+// client that went away before its next token (httplib 0.11 gives handlers no socket).
+
+int find_connection_fd(const std::string& remote_addr, int remote_port, int local_port) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int found = -1;
+  while (const dirent* e = ::readdir(d)) {
+    const auto fd = cli::parse_number<int>(e->d_name);
+    if (!fd) continue;
+    sockaddr_storage peer{}, self{};
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (::getpeername(*fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    if (::getsockname(*fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    int pport = -1, sport = -1;
+    if (peer.ss_family == AF_INET) {
+      const auto* p = reinterpret_cast<const sockaddr_in*>(&peer);
+      ::inet_ntop(AF_INET, &p->sin_addr, text, sizeof text);
+      pport = ntohs(p->sin_port);
+      sport = ntohs(reinterpret_cast<const sockaddr_in*>(&self)->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto* p = reinterpret_cast<const sockaddr_in6*>(&peer);
+      ::inet_ntop(AF_INET6, &p->sin6_addr, text, sizeof text);
+      pport = ntohs(p->sin6_port);
+      sport = ntohs(reinterpret_cast<const sockaddr_in6*>(&self)->sin6_port);
+    }
+    if (pport == remote_port && sport == local_port && remote_addr == text) {
+      found = *fd;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+/// The peer closed (or reset) the connection: poll without waiting.
+bool peer_gone(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counters for /metrics.
+
+struct Metrics {
+  std::atomic<std::uint64_t> requests{0}, rejected_busy{0}, errors_4xx{0}, errors_5xx{0};
+  std::atomic<std::uint64_t> prompt_tokens{0}, cached_tokens{0}, generated_tokens{0};
+  std::atomic<std::uint64_t> cancelled{0};
+  std::atomic<std::uint64_t> prefill_us{0}, decode_us{0};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Slots: a Session each, handed to one request at a time, in the order requests arrived.
+
+struct Slot {
+  std::unique_ptr<ThreadPool> pool;  // this slot's threads (declared first: outlives session)
+  std::optional<Session> session;
+  std::vector<std::int32_t> held;  // tokens the cache holds after the last request (approx.)
+  bool busy = false;
+  std::uint64_t last_used = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(std::size_t max_queue) : max_queue_(max_queue) {}
+
+  std::vector<Slot>& slots() { return slots_; }
+
+  /// A place in the queue, or nothing when it is full or the server is stopping.
+  std::optional<std::uint64_t> enqueue() {
+    std::lock_guard lock(mu_);
+    if (stopping_ || waiting_.size() >= max_queue_ + free_slots_locked()) return std::nullopt;
+    const std::uint64_t ticket = next_ticket_++;
+    waiting_.push_back(ticket);
+    return ticket;
+  }
+
+  /// Waits until `ticket` is first in line and a slot is free; takes the free slot sharing the
+  /// longest prefix with `prompt`. Null when `give_up()` says so while waiting (polled).
+  Slot* acquire(std::uint64_t ticket, std::span<const std::int32_t> prompt,
+                const std::function<bool()>& give_up) {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (waiting_.front() == ticket && free_slots_locked() > 0) break;
+      if (give_up()) {
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
+        cv_.notify_all();
+        return nullptr;
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    waiting_.pop_front();
+    Slot* best = nullptr;
+    std::size_t best_common = 0;
+    for (Slot& s : slots_) {
+      if (s.busy) continue;
+      const auto common = static_cast<std::size_t>(
+          std::mismatch(s.held.begin(), s.held.end(), prompt.begin(), prompt.end()).first -
+          s.held.begin());
+      if (best == nullptr || common > best_common ||
+          (common == best_common && s.last_used < best->last_used)) {
+        best = &s;
+        best_common = common;
+      }
+    }
+    best->busy = true;
+    best->last_used = ++uses_;
+    ++active_;
+    cv_.notify_all();
+    return best;
+  }
+
+  /// Leaves the queue if `ticket` is still in it (a streamed request whose client left before
+  /// its reply started); otherwise nothing.
+  void forget(std::uint64_t ticket) {
+    std::lock_guard lock(mu_);
+    if (const auto it = std::find(waiting_.begin(), waiting_.end(), ticket); it != waiting_.end()) {
+      waiting_.erase(it);
+      cv_.notify_all();
+    }
+  }
+
+  void release(Slot& s) {
+    std::lock_guard lock(mu_);
+    s.busy = false;
+    --active_;
+    cv_.notify_all();
+  }
+
+  std::size_t queue_length() {
+    std::lock_guard lock(mu_);
+    return waiting_.size();
+  }
+  std::size_t active() {
+    std::lock_guard lock(mu_);
+    return active_;
+  }
+  bool stopping() {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  }
+  void stop_accepting() {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+
+ private:
+  std::size_t free_slots_locked() const { return slots_.size() - active_; }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  std::deque<std::uint64_t> waiting_;
+  std::uint64_t next_ticket_ = 0, uses_ = 0;
+  std::size_t active_ = 0, max_queue_;
+  bool stopping_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// A parsed request.
+
+struct Job {
+  bool chat = true;
+  bool stream = false;
+  bool include_usage = false;
+  bool json_object = false;  // response_format {"type": "json_object"}
+  std::vector<std::int32_t> prompt;
+  GenerateOptions gen;
+  decode::SamplingOptions sampling;
+  std::string id;
+  std::int64_t created = 0;
+  // Where the request came from (to notice a disconnect) and its deadline.
+  std::string remote_addr;
+  int remote_port = -1;
+  Clock::time_point deadline;
+};
+
+class Server {
+ public:
+  Server(ServerOptions o, std::shared_ptr<const Engine> engine, model::ChatTemplate tmpl,
+         bool template_adds_bos)
+      : o_(std::move(o)), engine_(std::move(engine)), template_(std::move(tmpl)),
+        template_adds_bos_(template_adds_bos), scheduler_(o_.queue) {}
+
+  status create_slots(const SessionOptions& base, std::size_t threads_per_slot) {
+    for (std::size_t i = 0; i < o_.parallel; ++i) {
+      Slot& s = scheduler_.slots().emplace_back();
+      SessionOptions so = base;
+      if (threads_per_slot > 1) {
+        auto pool = ThreadPool::create(threads_per_slot);
+        if (!pool) return pool.error();
+        s.pool = std::move(*pool);
+        so.pool = s.pool.get();
+      }
+      auto session = Session::create(engine_, so);
+      if (!session) return session.error();
+      s.session.emplace(std::move(*session));
+    }
+    context_ = scheduler_.slots().front().session->context_size();
+    return {};
+  }
+
+  std::size_t context() const { return context_; }
+  Scheduler& scheduler() { return scheduler_; }
+  Metrics& metrics() { return metrics_; }
+  std::atomic<bool>& cancel_all() { return cancel_all_; }
+  std::atomic<int>& in_flight() { return in_flight_; }
+
+  // Parses a chat or text completion request into `job`; an ApiError on bad input.
+  std::optional<ApiError> parse(const httplib::Request& req, bool chat, Job& job) {
+    auto doc = json::parse(req.body, "request body", {.max_depth = 64, .max_bytes = o_.max_body});
+    if (!doc) return invalid("the body is not valid JSON: " + doc.error().message);
+    const json::Value& v = *doc;
+    if (!v.is_object()) return invalid("the body must be a JSON object");
+    job.chat = chat;
+    if (const json::Value* m = v.find("model"); m != nullptr && !m->is_string())
+      return bad_param("model", "model: expected a string");
+    if (auto e = check_unsupported(v, chat)) return e;
+    if (const json::Value* rf = v.find("response_format"); rf != nullptr && rf->is_object())
+      job.json_object = rf->find("type")->as_string() == "json_object";
+
+    std::string text;
+    if (chat) {
+      auto rendered = render_messages(v.find("messages"));
+      if (!rendered) return rendered.error_value;
+      text = std::move(rendered.text);
+    } else {
+      const json::Value* p = v.find("prompt");
+      if (p != nullptr && p->is_array() && p->size() == 1 && p->as_array()[0].is_string())
+        p = &p->as_array()[0];
+      if (p == nullptr || !p->is_string())
+        return bad_param("prompt", "prompt: expected a string (or an array of one string)");
+      if (p->as_string().empty()) return bad_param("prompt", "prompt: must not be empty");
+      text = p->as_string();
+    }
+    const model::Tokenizer& tok = *engine_->tokenizer();
+    auto ids = tok.encode(text, {.add_special = chat ? !template_adds_bos_ : true,
+                                 .parse_special = chat});
+    if (!ids) return invalid("the prompt cannot be encoded: " + ids.error().message);
+    if (ids->empty()) return bad_param(chat ? "messages" : "prompt", "the prompt encodes to no tokens");
+    job.prompt = std::move(*ids);
+    if (job.prompt.size() >= context_) {
+      return ApiError{400,
+                      fmt::format("the prompt is {} tokens; this server's context holds {} "
+                                  "(prompt and reply together)",
+                                  job.prompt.size(), context_),
+                      "invalid_request_error", chat ? "messages" : "prompt",
+                      "context_length_exceeded"};
+    }
+
+    // max_tokens (max_completion_tokens wins in chat): at most what the context leaves.
+    const std::size_t room = context_ - job.prompt.size();
+    std::size_t max_new = chat ? room : 16;  // OpenAI's defaults: the rest; 16 for completions
+    for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+      const json::Value* m = v.find(key);
+      if (m == nullptr || m->is_null()) continue;
+      const auto n = m->get_int();
+      if (!n || *n < 1) return bad_param(key, fmt::format("{}: expected an integer >= 1", key));
+      max_new = static_cast<std::size_t>(*n);
+    }
+    if (o_.max_tokens != 0) max_new = std::min(max_new, o_.max_tokens);
+    job.gen.max_new_tokens = std::max<std::size_t>(1, std::min(max_new, room));
+    job.gen.add_special = false;  // the prompt goes in as ids
+    job.gen.parse_special = false;
+    if (chat) job.gen.stop_ids = chat_stop_ids_;
+
+    if (const json::Value* s = v.find("stop"); s != nullptr && !s->is_null()) {
+      if (s->is_string()) {
+        if (!s->as_string().empty()) job.gen.stop_strings.push_back(s->as_string());
+      } else if (s->is_array() && s->size() <= 4) {
+        for (const json::Value& x : s->as_array()) {
+          if (!x.is_string()) return bad_param("stop", "stop: expected strings");
+          if (!x.as_string().empty()) job.gen.stop_strings.push_back(x.as_string());
+        }
+      } else {
+        return bad_param("stop", "stop: expected a string or an array of at most 4 strings");
+      }
+    }
+
+    // Sampling: OpenAI's defaults (temperature 1, top_p 1), no top-k; a seed or a random one.
+    job.sampling = decode::SamplingOptions{};
+    job.sampling.temperature = 1.0f;
+    job.sampling.top_p = 1.0f;
+    job.sampling.top_k = 0;
+    if (auto e = number_in(v, "temperature", 0.0, 2.0, job.sampling.temperature)) return e;
+    if (auto e = number_in(v, "top_p", 0.0, 1.0, job.sampling.top_p)) return e;
+    if (job.sampling.top_p <= 0.0f) return bad_param("top_p", "top_p: must be in (0, 1]");
+    if (const json::Value* s = v.find("seed"); s != nullptr && !s->is_null()) {
+      const auto n = s->get_int();
+      if (!n) return bad_param("seed", "seed: expected an integer");
+      job.sampling.seed = static_cast<std::uint64_t>(*n);
+    } else {
+      std::random_device rd;
+      job.sampling.seed = (std::uint64_t{rd()} << 32) ^ rd();
+    }
+    if (const json::Value* s = v.find("stream"); s != nullptr && !s->is_null()) {
+      if (!s->is_bool()) return bad_param("stream", "stream: expected true or false");
+      job.stream = s->as_bool();
+    }
+    if (const json::Value* so = v.find("stream_options"); so != nullptr && !so->is_null()) {
+      const json::Value* u = so->find("include_usage");
+      if (!so->is_object() || (u != nullptr && !u->is_bool()))
+        return bad_param("stream_options", "stream_options: expected {\"include_usage\": bool}");
+      job.include_usage = u != nullptr && u->as_bool();
+    }
+    job.created = static_cast<std::int64_t>(std::time(nullptr));
+    job.id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", next_request_id());
+    job.remote_addr = req.remote_addr;
+    job.remote_port = req.remote_port;
+    job.deadline = Clock::now() + std::chrono::seconds(o_.timeout_s);
+    return std::nullopt;
+  }
+
+  // Runs `job` on a slot. `emit(text)` gets each piece of text and returns false when it could
+  // not be delivered. Returns the generation, or an ApiError.
+  struct Outcome {
+    std::optional<Generation> generation;
+    std::string text;
+    std::string finish_reason;
+    ApiError error;
+  };
+  Outcome run(const Job& job, std::uint64_t ticket, int local_port,
+              const std::function<bool(std::string_view)>& emit) {
+    Outcome out;
+    const int fd = find_connection_fd(job.remote_addr, job.remote_port, local_port);
+    const auto stop_now = [&] {
+      return cancel_all_.load(std::memory_order_relaxed) || peer_gone(fd) ||
+             Clock::now() >= job.deadline;
+    };
+    Slot* slot = scheduler_.acquire(ticket, job.prompt, stop_now);
+    if (slot == nullptr) {
+      metrics_.cancelled.fetch_add(1);
+      out.error = server_fault(503, "the request was given up while it waited for a slot "
+                                    "(client gone, timeout or shutdown)");
+      return out;
+    }
+    Session& session = *slot->session;
+    bool stopped_by_us = false;
+    GenerateOptions gen = job.gen;
+    std::unique_ptr<constrain::JsonConstraint> constraint;
+    if (job.json_object) {  // the reply is a JSON object: tokens that would break it are masked
+      std::vector<std::int32_t> stops = job.gen.stop_ids;
+      stops.insert(stops.end(), engine_->eos_ids().begin(), engine_->eos_ids().end());
+      auto c = constrain::JsonConstraint::create(trie_, std::move(stops), job.prompt.size());
+      if (!c) {
+        scheduler_.release(*slot);
+        out.error = server_fault(500, c.error().message);
+        return out;
+      }
+      constraint = std::move(*c);
+      gen.logits_processor = constraint.get();
+    }
+    auto generation = [&]() -> result<Generation> {
+      if (auto st = session.set_sampling(job.sampling); !st) return st.error();
+      return session.generate(std::span<const std::int32_t>(job.prompt), gen,
+                              [&](std::string_view piece, std::int32_t) {
+                                out.text.append(piece);
+                                if (!emit(piece) || stop_now()) {
+                                  stopped_by_us = true;
+                                  return false;
+                                }
+                                return true;
+                              });
+    }();
+    if (!generation) {
+      // The session may hold a half-built state (out of memory): forget it.
+      (void)session.reset();
+      slot->held.clear();
+      scheduler_.release(*slot);
+      out.error = server_fault(500, "generation failed: " + generation.error().message);
+      return out;
+    }
+    slot->held = job.prompt;
+    slot->held.insert(slot->held.end(), generation->tokens.begin(), generation->tokens.end());
+    scheduler_.release(*slot);
+    const auto& st = generation->stats;
+    metrics_.prompt_tokens.fetch_add(st.prompt_tokens);
+    metrics_.cached_tokens.fetch_add(st.cached_tokens);
+    metrics_.generated_tokens.fetch_add(st.new_tokens);
+    metrics_.prefill_us.fetch_add(static_cast<std::uint64_t>(st.prefill_s * 1e6));
+    metrics_.decode_us.fetch_add(static_cast<std::uint64_t>(st.decode_s * 1e6));
+    if (stopped_by_us) metrics_.cancelled.fetch_add(1);
+    switch (st.stop) {
+      case decode::StopReason::eos:
+      case decode::StopReason::stop_string: out.finish_reason = "stop"; break;
+      default: out.finish_reason = "length"; break;  // budget, full context, cancelled
+    }
+    out.generation = std::move(*generation);
+    return out;
+  }
+
+  json::Value usage(const Generation& g) const {
+    json::Object u;
+    u.append("prompt_tokens", g.stats.prompt_tokens);
+    u.append("completion_tokens", g.tokens.size());
+    u.append("total_tokens", g.stats.prompt_tokens + g.tokens.size());
+    json::Object details;
+    details.append("cached_tokens", g.stats.cached_tokens);
+    u.append("prompt_tokens_details", json::Value(std::move(details)));
+    return json::Value(std::move(u));
+  }
+
+  // One chunk of a streamed reply (`delta` text, or the final chunk with `finish_reason`).
+  std::string chunk(const Job& job, std::optional<std::string_view> delta, bool first,
+                    const std::string& finish_reason) const {
+    json::Object choice;
+    choice.append("index", 0);
+    if (job.chat) {
+      json::Object d;
+      if (first) d.append("role", "assistant");
+      if (delta) d.append("content", *delta);
+      choice.append("delta", json::Value(std::move(d)));
+    } else {
+      choice.append("text", std::string(delta.value_or("")));
+    }
+    choice.append("logprobs", json::Value());
+    choice.append("finish_reason",
+                  finish_reason.empty() ? json::Value() : json::Value(finish_reason));
+    json::Array choices;
+    choices.push_back(json::Value(std::move(choice)));
+    return envelope(job, job.chat ? "chat.completion.chunk" : "text_completion", std::move(choices));
+  }
+
+  std::string envelope(const Job& job, const char* object, json::Array choices,
+                       std::optional<json::Value> usage_value = std::nullopt) const {
+    json::Object o;
+    o.append("id", job.id);
+    o.append("object", object);
+    o.append("created", job.created);
+    o.append("model", o_.alias);
+    o.append("system_fingerprint", fingerprint_);
+    o.append("choices", json::Value(std::move(choices)));
+    if (usage_value) o.append("usage", std::move(*usage_value));
+    return json::dump(json::Value(std::move(o)));
+  }
+
+  std::string complete_body(const Job& job, const Outcome& r) const {
+    json::Object choice;
+    choice.append("index", 0);
+    if (job.chat) {
+      json::Object m;
+      m.append("role", "assistant");
+      m.append("content", r.text);
+      choice.append("message", json::Value(std::move(m)));
+    } else {
+      choice.append("text", r.text);
+    }
+    choice.append("logprobs", json::Value());
+    choice.append("finish_reason", r.finish_reason);
+    json::Array choices;
+    choices.push_back(json::Value(std::move(choice)));
+    return envelope(job, job.chat ? "chat.completion" : "text_completion", std::move(choices),
+                    usage(*r.generation));
+  }
+
+  std::string models_body() const {
+    json::Object m;
+    m.append("id", o_.alias);
+    m.append("object", "model");
+    m.append("created", started_);
+    m.append("owned_by", "edgellm");
+    json::Array data;
+    data.push_back(json::Value(std::move(m)));
+    json::Object o;
+    o.append("object", "list");
+    o.append("data", json::Value(std::move(data)));
+    return json::dump(json::Value(std::move(o)));
+  }
+
+  std::string metrics_text() {
+    const auto c = [](const std::atomic<std::uint64_t>& a) { return a.load(); };
+    const double prefill_s = static_cast<double>(c(metrics_.prefill_us)) / 1e6;
+    const double decode_s = static_cast<double>(c(metrics_.decode_us)) / 1e6;
+    const double prefilled = static_cast<double>(c(metrics_.prompt_tokens) - c(metrics_.cached_tokens));
+    std::string t;
+    const auto metric = [&](const char* name, const char* type, const char* help, auto value) {
+      t += fmt::format("# HELP edgellm_{0} {1}\n# TYPE edgellm_{0} {2}\nedgellm_{0} {3}\n", name,
+                       help, type, value);
+    };
+    metric("requests_total", "counter", "Completion requests received.", c(metrics_.requests));
+    metric("requests_rejected_busy_total", "counter", "Requests refused with 503: queue full.",
+           c(metrics_.rejected_busy));
+    metric("requests_cancelled_total", "counter",
+           "Generations stopped early: client gone, timeout or shutdown.", c(metrics_.cancelled));
+    metric("responses_4xx_total", "counter", "Client errors answered.", c(metrics_.errors_4xx));
+    metric("responses_5xx_total", "counter", "Server errors answered.", c(metrics_.errors_5xx));
+    metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+           c(metrics_.prompt_tokens));
+    metric("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.",
+           c(metrics_.cached_tokens));
+    metric("generated_tokens_total", "counter", "Tokens generated.", c(metrics_.generated_tokens));
+    metric("prefill_seconds_total", "counter", "Seconds spent prefilling.", prefill_s);
+    metric("decode_seconds_total", "counter", "Seconds spent decoding.", decode_s);
+    metric("prefill_tokens_per_second", "gauge", "Prefilled tokens per prefill second.",
+           prefill_s > 0 ? prefilled / prefill_s : 0.0);
+    metric("decode_tokens_per_second", "gauge", "Generated tokens per decode second.",
+           decode_s > 0 ? static_cast<double>(c(metrics_.generated_tokens)) / decode_s : 0.0);
+    metric("queue_length", "gauge", "Requests waiting for a slot.", scheduler_.queue_length());
+    metric("slots_busy", "gauge", "Slots generating.", scheduler_.active());
+    metric("slots_total", "gauge", "Slots (--parallel).", o_.parallel);
+    return t;
+  }
+
+  void set_chat_stop_ids(std::vector<std::int32_t> ids) { chat_stop_ids_ = std::move(ids); }
+  status build_token_trie() {
+    auto t = constrain::TokenTrie::build(*engine_->tokenizer(), engine_->config().vocab_size);
+    if (!t) return t.error();
+    trie_ = std::move(*t);
+    return {};
+  }
+  void set_fingerprint(std::string f) { fingerprint_ = std::move(f); }
+  const ServerOptions& options() const { return o_; }
+
+ private:
+  struct Rendered {
+    std::string text;
+    std::optional<ApiError> error_value;
+    explicit operator bool() const { return !error_value; }
+  };
+
+  // The messages, checked and reduced to role and text, rendered by the checkpoint's template.
+  Rendered render_messages(const json::Value* messages) const {
+    Rendered r;
+    if (messages == nullptr || !messages->is_array() || messages->size() == 0) {
+      r.error_value = bad_param("messages", "messages: expected a non-empty array");
+      return r;
+    }
+    if (messages->size() > o_.max_messages) {
+      r.error_value = bad_param("messages", fmt::format("messages: {} is more than this server's "
+                                                        "limit of {}",
+                                                        messages->size(), o_.max_messages));
+      return r;
+    }
+    std::vector<model::ChatMessage> list;
+    for (std::size_t i = 0; i < messages->size(); ++i) {
+      const json::Value& m = messages->as_array()[i];
+      const std::string where = fmt::format("messages[{}]", i);
+      const json::Value* role = m.find("role");
+      if (!m.is_object() || role == nullptr || !role->is_string()) {
+        r.error_value = bad_param(where, where + ": expected an object with a string \"role\"");
+        return r;
+      }
+      const std::string& rl = role->as_string();
+      if (rl != "system" && rl != "developer" && rl != "user" && rl != "assistant") {
+        r.error_value = bad_param(where + ".role",
+                                  where + ".role: '" + rl +
+                                      "' is not supported (system, developer, user, assistant)");
+        return r;
+      }
+      if (m.find("tool_calls") != nullptr) {
+        r.error_value = bad_param(where + ".tool_calls", where + ".tool_calls: tool calls are not "
+                                                                 "supported by this server yet");
+        return r;
+      }
+      std::string content;
+      const json::Value* c = m.find("content");
+      if (c != nullptr && c->is_string()) {
+        content = c->as_string();
+      } else if (c != nullptr && c->is_array()) {  // [{"type": "text", "text": ...}, ...]
+        for (const json::Value& part : c->as_array()) {
+          const json::Value* type = part.find("type");
+          const json::Value* text = part.find("text");
+          if (type == nullptr || !type->is_string() || type->as_string() != "text" ||
+              text == nullptr || !text->is_string()) {
+            r.error_value = bad_param(where + ".content",
+                                      where + ".content: only parts {\"type\": \"text\", "
+                                              "\"text\": ...} are supported");
+            return r;
+          }
+          content += text->as_string();
+        }
+      } else {
+        r.error_value = bad_param(where + ".content",
+                                  where + ".content: expected a string or an array of text parts");
+        return r;
+      }
+      list.push_back({rl == "developer" ? "system" : rl, std::move(content)});
+    }
+    auto text = template_.render(list);
+    if (!text) {
+      r.error_value = bad_param("messages", "the chat template refused the messages: " +
+                                                text.error().message);
+      return r;
+    }
+    r.text = std::move(*text);
+    return r;
+  }
+
+  // What this server cannot honour yet is refused by name rather than ignored.
+  static std::optional<ApiError> check_unsupported(const json::Value& v, bool chat) {
+    if (const json::Value* n = v.find("n"); n != nullptr && !n->is_null()) {
+      if (n->get_int() != std::optional<std::int64_t>(1)) return bad_param("n", "n: only 1 is supported");
+    }
+    if (const json::Value* rf = v.find("response_format"); rf != nullptr && !rf->is_null()) {
+      const json::Value* type = rf->find("type");
+      if (type == nullptr || !type->is_string() ||
+          (type->as_string() != "text" && type->as_string() != "json_object"))
+        return bad_param("response_format",
+                         "response_format: {\"type\": \"text\"} or {\"type\": \"json_object\"}; "
+                         "json_schema is not supported yet");
+    }
+    if (const json::Value* t = v.find("tools"); t != nullptr && !t->is_null() && t->size() > 0) {
+      const json::Value* choice = v.find("tool_choice");
+      if (choice == nullptr || !choice->is_string() || choice->as_string() != "none")
+        return bad_param("tools", "tools: tool calls are not supported by this server yet");
+    }
+    for (const char* key : {"frequency_penalty", "presence_penalty"}) {
+      if (const json::Value* p = v.find(key); p != nullptr && !p->is_null()) {
+        if (p->get_double() != std::optional<double>(0.0))
+          return bad_param(key, fmt::format("{}: only 0 is supported", key));
+      }
+    }
+    for (const char* key : {"logprobs", "echo"}) {
+      if (const json::Value* p = v.find(key); p != nullptr && !p->is_null()) {
+        const bool on = p->is_bool() ? p->as_bool() : true;
+        if (on) return bad_param(key, fmt::format("{}: not supported", key));
+      }
+    }
+    if (!chat) {
+      if (const json::Value* s = v.find("suffix"); s != nullptr && !s->is_null())
+        return bad_param("suffix", "suffix: not supported");
+      if (const json::Value* b = v.find("best_of"); b != nullptr && !b->is_null() &&
+                                                     b->get_int() != std::optional<std::int64_t>(1))
+        return bad_param("best_of", "best_of: only 1 is supported");
+    }
+    return std::nullopt;
+  }
+
+  static std::optional<ApiError> number_in(const json::Value& v, const char* key, double lo,
+                                           double hi, float& out) {
+    const json::Value* p = v.find(key);
+    if (p == nullptr || p->is_null()) return std::nullopt;
+    const auto x = p->get_double();
+    if (!x || *x < lo || *x > hi)
+      return bad_param(key, fmt::format("{}: expected a number in [{}, {}]", key, lo, hi));
+    out = static_cast<float>(*x);
+    return std::nullopt;
+  }
+
+  ServerOptions o_;
+  std::shared_ptr<const Engine> engine_;
+  model::ChatTemplate template_;
+  bool template_adds_bos_;
+  std::vector<std::int32_t> chat_stop_ids_;
+  std::shared_ptr<const constrain::TokenTrie> trie_;  // the vocabulary for json_object
+  std::string fingerprint_;
+  Scheduler scheduler_;
+  Metrics metrics_;
+  std::size_t context_ = 0;
+  std::atomic<bool> cancel_all_{false};
+  std::atomic<int> in_flight_{0};
+  // Request ids: a counter mixed with a random start (splitmix64), unique within a run.
+  std::uint64_t next_request_id() {
+    std::uint64_t z = id_base_ + next_id_.fetch_add(0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  std::atomic<std::uint64_t> next_id_{0};
+  std::uint64_t id_base_ = (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  std::int64_t started_ = static_cast<std::int64_t>(std::time(nullptr));
+};
+
+/// Constant-time comparison of the Authorization header with "Bearer KEY".
+bool authorized(const httplib::Request& req, const std::string& key) {
+  if (key.empty()) return true;
+  const std::string expected = "Bearer " + key;
+  const std::string got = req.get_header_value("Authorization");
+  unsigned char diff = got.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    diff |= static_cast<unsigned char>(expected[i] ^ (i < got.size() ? got[i] : 0));
+  return diff == 0;
+}
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n%s: run '%s --help' for the flags\n", kProg, message.c_str(),
+               kProg, kProg);
+  return cli::kUsageExit;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ServerOptions o;
+  bool help = false, version = false;
+  std::vector<cli::flag> flags{
+      cli::flag::string({"-m", "--model"}, "DIR", "checkpoint directory (required)", o.model),
+      cli::flag::string({"--alias"}, "NAME", "model id in /v1/models and replies\n"
+                        "(default: the directory's name)", o.alias),
+      cli::flag::string({"--host"}, "ADDR", "address to listen on; another than loopback\n"
+                        "exposes the model to the network (use --api-key)", o.host),
+      cli::flag::number({"--port"}, "N", "TCP port; 0 takes a free one (printed)", o.port, 0, 65535),
+      cli::flag::number({"-np", "--parallel"}, "N", "slots: requests generating at once", o.parallel,
+                        std::size_t{1}, std::size_t{64}),
+      cli::flag::number({"--queue"}, "N", "requests that may wait for a slot; more get 503",
+                        o.queue, std::size_t{0}, std::size_t{4096}),
+      cli::flag::threads({"-t", "--threads"}, "threads in all, shared out among the slots", o.threads),
+      cli::flag::number({"-c", "--ctx-size", "--context"}, "N",
+                        "tokens each slot holds; 0: the model's maximum, at most 4096", o.context,
+                        std::size_t{0}, std::size_t{1} << 20),
+      cli::flag::string({"--kv-type"}, "int8|f16|f32", "KV cache storage", o.kv_type),
+      cli::flag::string({"--lm-head"}, "int8|int4|f16", "lm_head format", o.lm_head),
+      cli::flag::string({"--api-key"}, "KEY", "require 'Authorization: Bearer KEY' on /v1/*",
+                        o.api_key).shows_default(""),
+      cli::flag::number({"--max-body"}, "BYTES", "largest request body", o.max_body,
+                        std::size_t{1024}, std::size_t{1} << 30),
+      cli::flag::number({"--max-messages"}, "N", "most messages in a chat request", o.max_messages,
+                        std::size_t{1}, std::size_t{1} << 20),
+      cli::flag::number({"--max-tokens"}, "N", "most tokens a request may generate; 0: the\n"
+                        "context's rest", o.max_tokens, std::size_t{0}, std::size_t{1} << 20),
+      cli::flag::number({"--timeout"}, "S", "seconds a request may take, waiting included", o.timeout_s,
+                        std::size_t{1}, std::size_t{86400}),
+      cli::flag::number({"--grace"}, "S", "seconds requests in flight get to finish at SIGTERM",
+                        o.grace_s, std::size_t{0}, std::size_t{3600}),
+      cli::flag::number({"--http-threads"}, "N", "connections served at once (idle ones\n"
+                        "included)", o.http_threads, std::size_t{4}, std::size_t{4096}),
+      cli::flag::boolean({"-q", "--quiet"}, "no line per request on stderr", o.quiet),
+      cli::flag::boolean({"-h", "--help"}, "this help", help),
+      cli::flag::boolean({"--version"}, "version and build", version),
+  };
+  const std::string why = cli::parse_flags(argc, argv, {&flags}, [&](const cli::flag&) {
+    return !help && !version;
+  });
+  if (!why.empty()) return usage_error(why);
+  if (help) {
+    std::fputs("usage: edgellm-server -m DIR [--port N] [--parallel N] [flags]\n"
+               "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
+               "GET /v1/models, GET /health, GET /metrics (Prometheus).\n\n",
+               stdout);
+    cli::print_flags(stdout, flags, 28);
+    return cli::finish_stdout(kProg, 0);
+  }
+  if (version) return cli::print_version(kProg);
+  if (o.model.empty()) return usage_error("no model: pass -m DIR");
+  auto kv = cache::parse_kv_type(o.kv_type);
+  if (!kv) return usage_error("--kv-type: " + kv.error().message);
+  const auto lm_head = model::parse_lm_head_format(o.lm_head);
+  if (!lm_head) return usage_error("--lm-head: '" + o.lm_head + "' is not f16, int8 or int4");
+  if (o.alias.empty()) {
+    std::error_code ec;
+    o.alias = std::filesystem::weakly_canonical(o.model, ec).filename().string();
+    if (o.alias.empty()) o.alias = o.model;
+  }
+
+  // Signals: blocked here, before any thread starts, and taken by one thread with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::size_t threads = static_cast<std::size_t>(o.threads.front());
+  const std::size_t per_slot = std::max<std::size_t>(1, threads / o.parallel);
+  EngineOptions eo;
+  eo.load.lm_head = *lm_head;
+  auto engine = Engine::load(o.model, eo);
+  if (!engine) {
+    std::fprintf(stderr, "%s: %s\n", kProg, engine.error().message.c_str());
+    return 1;
+  }
+  auto found = model::ChatTemplate::find(o.model);
+  if (!found) {
+    std::fprintf(stderr, "%s: chat template: %s\n", kProg, found.error().message.c_str());
+    return 1;
+  }
+  const bool has_template = found->has_value();
+  std::optional<model::ChatTemplate> tmpl = std::move(*found);
+  if (!tmpl) {
+    std::fprintf(stderr, "%s: warning: %s has no chat_template in tokenizer_config.json; using "
+                         "ChatML\n", kProg, o.model.c_str());
+    auto chatml = model::ChatTemplate::chatml();
+    if (!chatml) return 1;
+    tmpl = std::move(*chatml);
+  }
+  // Stop ids of a chat turn: the template's eos token and ChatML's end of turn.
+  std::vector<std::int32_t> stop_ids;
+  const model::Tokenizer& tok = *(*engine)->tokenizer();
+  if (has_template)
+    if (const auto& eos = tmpl->eos_token())
+      if (auto id = tok.token_to_id(*eos)) stop_ids.push_back(*id);
+  if (auto im_end = tok.token_to_id("<|im_end|>")) stop_ids.push_back(*im_end);
+
+  Server server(o, *engine, std::move(*tmpl), has_template);
+  server.set_chat_stop_ids(std::move(stop_ids));
+  server.set_fingerprint(fmt::format("edgellm-{}.{}.{}-{}", EDGELLM_VERSION_MAJOR, EDGELLM_VERSION_MINOR,
+                                    EDGELLM_VERSION_PATCH, o.kv_type));
+  SessionOptions so;
+  so.kv_type = *kv;
+  so.context_size = o.context;
+  if (auto st = server.build_token_trie(); !st) {
+    std::fprintf(stderr, "%s: %s\n", kProg, st.error().message.c_str());
+    return 1;
+  }
+  if (auto st = server.create_slots(so, per_slot); !st) {
+    std::fprintf(stderr, "%s: %s\n", kProg, st.error().message.c_str());
+    return 1;
+  }
+
+  httplib::Server http;
+  http.new_task_queue = [n = o.http_threads] { return new httplib::ThreadPool(n); };
+  http.set_payload_max_length(o.max_body);
+  http.set_read_timeout(10, 0);
+  http.set_write_timeout(10, 0);
+  http.set_keep_alive_timeout(3);  // an idle connection holds a thread this long
+  http.set_keep_alive_max_count(1000);
+  int local_port = o.port;
+
+  const auto log = [&](const httplib::Request& req, const httplib::Response& res) {
+    if (res.status >= 500) server.metrics().errors_5xx.fetch_add(1);
+    else if (res.status >= 400) server.metrics().errors_4xx.fetch_add(1);
+    if (!o.quiet)
+      std::fprintf(stderr, "%s: %s %s %d\n", kProg, req.method.c_str(), req.path.c_str(), res.status);
+  };
+  http.set_logger(log);
+  http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/v1/", 0) == 0 && !authorized(req, o.api_key)) {
+      send_error(res, {401, "missing or wrong API key ('Authorization: Bearer KEY')",
+                       "invalid_request_error", {}, "invalid_api_key"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // ours already
+    ApiError e = invalid(fmt::format("{} {}: HTTP {}", req.method, req.path, res.status));
+    e.status = res.status;
+    if (res.status == 404) e.message = fmt::format("no route {} {}", req.method, req.path);
+    if (res.status == 413) e.message = "the request body is larger than this server accepts";
+    if (res.status >= 500) e.type = "server_error";
+    res.set_content(error_body(e), "application/json");
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, server_fault(500, "internal error: " + what));
+  });
+
+  http.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(fmt::format("{{\"status\":\"ok\",\"slots_idle\":{},\"queue_length\":{}}}",
+                                o.parallel - server.scheduler().active(),
+                                server.scheduler().queue_length()),
+                    "application/json");
+  });
+  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(server.metrics_text(), "text/plain; version=0.0.4");
+  });
+  http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(server.models_body(), "application/json");
+  });
+
+  const auto completion = [&](bool chat) {
+    return [&, chat](const httplib::Request& req, httplib::Response& res) {
+      server.metrics().requests.fetch_add(1);
+      auto job = std::make_shared<Job>();
+      if (auto e = server.parse(req, chat, *job)) return send_error(res, *e);
+      const auto ticket = server.scheduler().enqueue();
+      if (!ticket) {
+        server.metrics().rejected_busy.fetch_add(1);
+        res.set_header("Retry-After", "1");
+        return send_error(res, server_fault(503, "all slots are busy and the queue is full (or "
+                                                    "the server is stopping); retry later"));
+      }
+      server.in_flight().fetch_add(1);
+      if (!job->stream) {
+        auto r = server.run(*job, *ticket, local_port, [](std::string_view) { return true; });
+        server.in_flight().fetch_sub(1);
+        if (!r.generation) return send_error(res, r.error);
+        return res.set_content(server.complete_body(*job, r), "application/json");
+      }
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [&server, job, ticket = *ticket, local_port](std::size_t, httplib::DataSink& sink) {
+            const auto send = [&sink](const std::string& data) {
+              const std::string event = "data: " + data + "\n\n";
+              return sink.write(event.data(), event.size());
+            };
+            bool first = true, delivered = true;
+            const auto r = server.run(*job, ticket, local_port, [&](std::string_view piece) {
+              if (first && job->chat) delivered = send(server.chunk(*job, "", true, ""));
+              first = false;
+              delivered = delivered && send(server.chunk(*job, piece, false, ""));
+              return delivered;
+            });
+            if (!r.generation) {
+              send(error_body(r.error));
+            } else if (delivered) {
+              if (first && job->chat) send(server.chunk(*job, "", true, ""));
+              send(server.chunk(*job, std::nullopt, false, r.finish_reason));
+              if (job->include_usage) {
+                send(server.envelope(*job, job->chat ? "chat.completion.chunk" : "text_completion",
+                                     {}, server.usage(*r.generation)));
+              }
+              send("[DONE]");
+            }
+            sink.done();
+            return true;
+          },
+          [&server, ticket = *ticket](bool) {
+            server.scheduler().forget(ticket);
+            server.in_flight().fetch_sub(1);
+          });
+    };
+  };
+  http.Post("/v1/chat/completions", completion(true));
+  http.Post("/v1/completions", completion(false));
+
+  if (o.port == 0) {
+    local_port = http.bind_to_any_port(o.host);
+  } else if (http.bind_to_port(o.host, o.port)) {
+    local_port = o.port;
+  } else {
+    local_port = -1;
+  }
+  if (local_port <= 0) {
+    std::fprintf(stderr, "%s: cannot listen on %s:%d (address in use, or not this host's)\n", kProg,
+                 o.host.c_str(), o.port);
+    return 1;
+  }
+  std::fprintf(stderr, "%s: listening on http://%s:%d (model %s, %zu slot%s of %zu tokens, %zu "
+                       "thread%s each)\n", kProg, o.host.c_str(), local_port, o.alias.c_str(),
+               o.parallel, o.parallel == 1 ? "" : "s", server.context(), per_slot,
+               per_slot == 1 ? "" : "s");
+
+  // Shutdown: the first SIGTERM/SIGINT stops new requests, waits up to --grace for those in
+  // flight, cancels the rest at their next token, then stops the listener.
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::fprintf(stderr, "%s: %s: stopping (grace %zu s)\n", kProg, sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                 o.grace_s);
+    server.scheduler().stop_accepting();
+    const auto until = Clock::now() + std::chrono::seconds(o.grace_s);
+    while (server.in_flight().load() > 0 && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server.cancel_all().store(true);
+    while (server.in_flight().load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    http.stop();
+  });
+  const bool ok = http.listen_after_bind();
+  if (!server.scheduler().stopping()) ::kill(::getpid(), SIGTERM);  // the listener failed: end stopper
+  stopper.join();
+  std::fprintf(stderr, "%s: stopped\n", kProg);
+  return ok || server.cancel_all().load() ? 0 : 1;
+}
