@@ -467,7 +467,8 @@ class Server {
     if (job.json_object) {  // the reply is a JSON object: tokens that would break it are masked
       std::vector<std::int32_t> stops = job.gen.stop_ids;
       stops.insert(stops.end(), engine_->eos_ids().begin(), engine_->eos_ids().end());
-      auto c = constrain::JsonConstraint::create(trie_, std::move(stops), job.prompt.size());
+      auto c = constrain::JsonConstraint::create(trie_, std::move(stops), job.prompt.size(),
+                                                 {.shared_cache = masks_});
       if (!c) {
         scheduler_.release(*slot);
         out.error = server_fault(500, c.error().message);
@@ -632,6 +633,7 @@ class Server {
     auto t = constrain::TokenTrie::build(*engine_->tokenizer(), engine_->config().vocab_size);
     if (!t) return t.error();
     trie_ = std::move(*t);
+    masks_ = std::make_shared<constrain::JsonMaskCache>(trie_, 4096);  // a few MB at 150k tokens
     return {};
   }
   void set_fingerprint(std::string f) { fingerprint_ = std::move(f); }
@@ -769,6 +771,7 @@ class Server {
   bool template_adds_bos_;
   std::vector<std::int32_t> chat_stop_ids_;
   std::shared_ptr<const constrain::TokenTrie> trie_;  // the vocabulary for json_object
+  std::shared_ptr<constrain::JsonMaskCache> masks_;   // its masks, shared by the requests
   std::string fingerprint_;
   Scheduler scheduler_;
   Metrics metrics_;

@@ -148,6 +148,27 @@ TEST_CASE("JsonConstraint follows the history in any order", "[constrain]") {
   CHECK_FALSE(JsonConstraint::create(nullptr, stops(), 0));
 }
 
+TEST_CASE("JsonConstraint: constraints over one vocabulary share a mask cache", "[constrain]") {
+  const auto tr = trie();
+  auto shared = std::make_shared<constrain::JsonMaskCache>(tr, 64);
+  auto a = JsonConstraint::create(tr, stops(), 0, {.shared_cache = shared});
+  auto b = JsonConstraint::create(tr, stops(), 0, {.shared_cache = shared});
+  REQUIRE(a);
+  REQUIRE(b);
+  JsonMatcher m;
+  REQUIRE(m.feed("{\"k\": \"v"));
+  const auto first = (*a)->mask_for(m);
+  const auto second = (*b)->mask_for(m);
+  CHECK(first == second);
+  CHECK(first == (*a)->mask_scalar(m));
+  CHECK((*a)->stats().masks_computed == 1);
+  CHECK((*b)->stats().masks_computed == 0);  // the first one's walk
+  CHECK((*b)->stats().cache_hits == 1);
+  auto other = JsonConstraint::create(trie(), stops(), 0, {.shared_cache = shared});
+  REQUIRE_FALSE(other);  // another TokenTrie object: another vocabulary as far as it knows
+  CHECK_THAT(other.error().message, Contains("another vocabulary"));
+}
+
 TEST_CASE("JsonConstraint allows only the stop ids once the text is whole", "[constrain]") {
   auto c = JsonConstraint::create(trie(), stops(), 0);
   REQUIRE(c);

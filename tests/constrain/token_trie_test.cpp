@@ -35,6 +35,17 @@ TEST_CASE("TokenTrie lists the vocabulary's bytes in order", "[constrain]") {
     CHECK(t.bytes_of(t.id(k)) == t.bytes(k));
   }
   CHECK(ids.size() == t.size());
+  // Plain tokens in the mask, the others in the rest trie: each token in exactly one.
+  REQUIRE(t.rest() != nullptr);
+  std::size_t plain = 0;
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    const bool in_mask = constrain::mask_allows(t.plain(), static_cast<std::size_t>(t.id(k)));
+    CHECK(in_mask == constrain::TokenTrie::is_plain(t.bytes(k)));
+    CHECK(t.rest()->bytes_of(t.id(k)).has_value() == !in_mask);
+    plain += in_mask;
+  }
+  CHECK(plain + t.rest()->size() == t.size());
+  CHECK(plain > t.size() / 2);  // most of a vocabulary is plain text
   // Mid-text bytes: a text's tokens' bytes concatenate to the text.
   const std::string text = "And God said, Let there be light: and there was light.";
   auto enc = tok->encode(text, {.add_special = false});

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -32,17 +33,46 @@
 
 namespace edgellm::constrain {
 
-/// A bitmask over the vocabulary: bit i of word i / 64 set when token i is allowed.
-using TokenMask = std::vector<std::uint64_t>;
+/// The allowed-token masks of matcher states over one vocabulary, shared by the constraints of
+/// many generations (a server's requests) so that a state's mask is walked once. Thread-safe;
+/// bounded: past max_states it starts again. The masks of whole texts (the stop ids, which
+/// differ between callers) are never kept here.
+class JsonMaskCache {
+ public:
+  JsonMaskCache(std::shared_ptr<const TokenTrie> trie, std::size_t max_states)
+      : trie_(std::move(trie)), max_states_(max_states) {}
 
-inline bool mask_allows(const TokenMask& m, std::size_t id) noexcept {
-  return id / 64 < m.size() && ((m[id / 64] >> (id % 64)) & 1) != 0;
-}
+  const TokenTrie* trie() const noexcept { return trie_.get(); }
 
-/// How a JsonConstraint matches and how many masks it keeps.
+  std::shared_ptr<const TokenMask> find(const JsonMatcher& state) const {
+    std::lock_guard lock(mu_);
+    const auto it = masks_.find(state.hash());
+    if (it == masks_.end() || !(it->second.first == state)) return nullptr;
+    return it->second.second;
+  }
+
+  void insert(const JsonMatcher& state, std::shared_ptr<const TokenMask> mask) {
+    if (max_states_ == 0) return;
+    std::lock_guard lock(mu_);
+    if (masks_.size() >= max_states_) masks_.clear();
+    masks_[state.hash()] = {state, std::move(mask)};
+  }
+
+ private:
+  std::shared_ptr<const TokenTrie> trie_;
+  std::size_t max_states_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::pair<JsonMatcher, std::shared_ptr<const TokenMask>>>
+      masks_;
+};
+
+/// How a JsonConstraint matches and where it keeps masks.
 struct JsonConstraintOptions {
   JsonMatcher::Options json{};
-  std::size_t max_cached_states = 256;  ///< masks kept; beyond, the cache starts again
+  /// Masks shared with other constraints over the same vocabulary; null: a cache of this
+  /// constraint's own of max_cached_states masks (0: none, every state walked).
+  std::shared_ptr<JsonMaskCache> shared_cache{};
+  std::size_t max_cached_states = 256;
 };
 
 class JsonConstraint final : public decode::LogitsProcessor {
@@ -70,6 +100,9 @@ class JsonConstraint final : public decode::LogitsProcessor {
     if (stop_ids.empty())
       return make_error(errc::invalid_argument, where,
                         "no stop ids: a whole JSON text could never end the generation");
+    if (options.shared_cache && options.shared_cache->trie() != trie.get())
+      return make_error(errc::invalid_argument, where,
+                        "shared_cache: made for another vocabulary");
     return std::unique_ptr<JsonConstraint>(
         new JsonConstraint(std::move(trie), std::move(stop_ids), prompt_tokens, options));
   }
@@ -79,8 +112,15 @@ class JsonConstraint final : public decode::LogitsProcessor {
     if (!state) return state.error();
     const TokenMask& mask = mask_for(*state);
     constexpr float kOff = -std::numeric_limits<float>::infinity();
-    for (std::size_t i = 0; i < logits.size(); ++i)
-      if (!mask_allows(mask, i)) logits[i] = kOff;
+    // A word at a time: whole words allowed (most of them, inside a string) are skipped.
+    const std::size_t n = logits.size();
+    for (std::size_t w = 0; w * 64 < n; ++w) {
+      const std::uint64_t bits = w < mask.size() ? mask[w] : 0;
+      if (bits == ~std::uint64_t{0}) continue;
+      const std::size_t end = std::min(n, w * 64 + 64);
+      for (std::size_t i = w * 64; i < end; ++i)
+        if (((bits >> (i - w * 64)) & 1) == 0) logits[i] = kOff;
+    }
     return {};
   }
 
@@ -113,20 +153,26 @@ class JsonConstraint final : public decode::LogitsProcessor {
 
   /// The tokens allowed after `state`: from the cache, else by walking the vocabulary.
   const TokenMask& mask_for(const JsonMatcher& state) {
-    const std::uint64_t h = state.hash();
-    if (auto it = cache_.find(h); it != cache_.end() && it->second.first == state) {
-      ++stats_.cache_hits;
-      return it->second.second;
+    if (state.done()) {  // the stop ids alone
+      if (done_mask_.empty()) {
+        done_mask_ = empty_mask();
+        for (const std::int32_t id : stop_ids_) mask_set(done_mask_, id);
+      }
+      return done_mask_;
     }
-    if (cache_.size() >= options_.max_cached_states) cache_.clear();
+    if (auto m = cache_->find(state)) {
+      ++stats_.cache_hits;
+      last_ = std::move(m);
+      return *last_;
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    TokenMask mask = walk(state);
+    auto mask = std::make_shared<const TokenMask>(walk(state));
     stats_.walk_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++stats_.masks_computed;
-    auto& slot = cache_[h];
-    slot = {state, std::move(mask)};
-    return slot.second;
+    cache_->insert(state, mask);
+    last_ = std::move(mask);
+    return *last_;
   }
 
   /// The specification of mask_for: every token fed alone to a copy of `state`.
@@ -134,10 +180,10 @@ class JsonConstraint final : public decode::LogitsProcessor {
     TokenMask mask = empty_mask();
     for (std::size_t k = 0; k < trie_->size(); ++k) {
       JsonMatcher m = state;
-      if (m.feed(trie_->bytes(k))) set(mask, trie_->id(k));
+      if (m.feed(trie_->bytes(k))) mask_set(mask, trie_->id(k));
     }
     if (state.done())
-      for (const std::int32_t id : stop_ids_) set(mask, id);
+      for (const std::int32_t id : stop_ids_) mask_set(mask, id);
     return mask;
   }
 
@@ -149,45 +195,51 @@ class JsonConstraint final : public decode::LogitsProcessor {
   JsonConstraint(std::shared_ptr<const TokenTrie> trie, std::vector<std::int32_t> stop_ids,
                  std::size_t prompt_tokens, const Options& options)
       : trie_(std::move(trie)), stop_ids_(std::move(stop_ids)), prompt_tokens_(prompt_tokens),
-        options_(options), states_{JsonMatcher(options.json)} {}
+        options_(options), states_{JsonMatcher(options.json)},
+        cache_(options.shared_cache ? options.shared_cache
+                                    : std::make_shared<JsonMaskCache>(trie_, options.max_cached_states)) {}
 
   TokenMask empty_mask() const { return TokenMask((trie_->vocab_size() + 63) / 64, 0); }
-  static void set(TokenMask& m, std::int32_t id) {
-    m[static_cast<std::size_t>(id) / 64] |= std::uint64_t{1} << (static_cast<std::size_t>(id) % 64);
-  }
 
-  // states[d]: the matcher after the first d bytes of the current token, all accepted.
   TokenMask walk(const JsonMatcher& state) {
     TokenMask mask = empty_mask();
-    if (state.done()) {
-      for (const std::int32_t id : stop_ids_) set(mask, id);
-      return mask;
+    // Inside a string body every plain token is allowed: only the others are walked.
+    if (state.in_string_body() && trie_->rest() != nullptr) {
+      mask = trie_->plain();
+      walk(*trie_->rest(), state, mask);
+    } else {
+      walk(*trie_, state, mask);
     }
+    return mask;
+  }
+
+  // Sets in `mask` the tokens of `trie` that `state` accepts. states[d]: the matcher after the
+  // first d bytes of the current token, all accepted.
+  void walk(const TokenTrie& trie, const JsonMatcher& state, TokenMask& mask) {
     std::vector<JsonMatcher>& states = walk_states_;
     states.assign(1, state);
-    const std::size_t n = trie_->size();
+    const std::size_t n = trie.size();
     std::size_t k = 0;
     while (k < n) {
-      const std::string_view b = trie_->bytes(k);
-      states.resize(std::min(trie_->shared(k), states.size() - 1) + 1);
+      const std::string_view b = trie.bytes(k);
+      states.resize(std::min(trie.shared(k), states.size() - 1) + 1);
       std::size_t failed_at = b.size();
       for (std::size_t i = states.size() - 1; i < b.size(); ++i) {
-        JsonMatcher next = states.back();
-        if (!next.feed(static_cast<unsigned char>(b[i]))) {
+        states.push_back(states.back());
+        if (!states.back().advance(static_cast<unsigned char>(b[i]))) {
+          states.pop_back();
           failed_at = i;
           break;
         }
-        states.push_back(next);
       }
       ++k;
       if (failed_at == b.size()) {
-        set(mask, trie_->id(k - 1));
+        mask_set(mask, trie.id(k - 1));
         continue;
       }
       // Every later token that shares the refused prefix b[0..failed_at] is refused too.
-      while (k < n && trie_->shared(k) > failed_at) ++k;
+      while (k < n && trie.shared(k) > failed_at) ++k;
     }
-    return mask;
   }
 
   std::shared_ptr<const TokenTrie> trie_;
@@ -196,7 +248,9 @@ class JsonConstraint final : public decode::LogitsProcessor {
   Options options_;
   std::vector<std::int32_t> tokens_;  // generated tokens seen so far
   std::vector<JsonMatcher> states_;   // [tokens_ + 1] the matcher after each
-  std::unordered_map<std::uint64_t, std::pair<JsonMatcher, TokenMask>> cache_;
+  std::shared_ptr<JsonMaskCache> cache_;
+  std::shared_ptr<const TokenMask> last_;  // mask_for's latest answer, kept alive
+  TokenMask done_mask_;                    // the stop ids (built when first needed)
   std::vector<JsonMatcher> walk_states_;
   Stats stats_;
 };

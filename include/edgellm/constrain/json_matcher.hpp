@@ -47,6 +47,14 @@ class JsonMatcher {
     return true;
   }
 
+  /// Consumes one byte; false when no JSON text continues so, and the state is then unusable
+  /// (for callers that tried on a copy: feed() without the copy back).
+  bool advance(unsigned char c) { return step(c); }
+
+  /// Inside a string's body (no escape or UTF-8 character half read): every printable ASCII
+  /// byte but '"' and '\\' continues the text from here, whatever came before.
+  bool in_string_body() const noexcept { return mode_ == Mode::string; }
+
   /// The bytes so far are a whole JSON text (and nothing may follow).
   bool done() const noexcept { return mode_ == Mode::done; }
 
