@@ -17,6 +17,9 @@
 // project's reader (io/json.hpp) and writer (io/json_write.hpp).
 #include "../cli/common.hpp"
 #include "../cli/flags.hpp"
+#include "server/api_error.hpp"
+#include "server/connection.hpp"
+#include "server/slots.hpp"
 
 #include <edgellm/constrain/json_constraint.hpp>
 #include <edgellm/io/json.hpp>
@@ -46,16 +49,12 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 namespace {
 
 using namespace edgellm;
+using namespace edgellm::server;
 namespace json = edgellm::io::json;
 using Clock = std::chrono::steady_clock;
 
@@ -82,90 +81,11 @@ struct ServerOptions {
   bool quiet = false;
 };
 
-// ---------------------------------------------------------------------------------------------
-// Errors as OpenAI writes them: {"error": {"message", "type", "param", "code"}}.
-
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;  // empty: null
-  std::string code;   // empty: null
-};
-
-std::string error_body(const ApiError& e) {
-  json::Object inner;
-  inner.append("message", e.message);
-  inner.append("type", e.type);
-  inner.append("param", e.param.empty() ? json::Value() : json::Value(e.param));
-  inner.append("code", e.code.empty() ? json::Value() : json::Value(e.code));
-  json::Object outer;
-  outer.append("error", json::Value(std::move(inner)));
-  return json::dump(json::Value(std::move(outer)));
-}
-
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(error_body(e), "application/json");
 }
 
-ApiError invalid(std::string message) {
-  return {400, std::move(message), "invalid_request_error", {}, {}};
-}
-
-ApiError server_fault(int status, std::string message) {
-  return {status, std::move(message), "server_error", {}, {}};
-}
-
-ApiError bad_param(std::string param, std::string message) {
-  return {400, std::move(message), "invalid_request_error", std::move(param), {}};
-}
-
-// ---------------------------------------------------------------------------------------------
-// The connection a request came on, found by its peer address, so that a generation notices a
-// client that went away before its next token (httplib 0.11 gives handlers no socket).
-
-int find_connection_fd(const std::string& remote_addr, int remote_port, int local_port) {
-  DIR* d = ::opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  int found = -1;
-  while (const dirent* e = ::readdir(d)) {
-    const auto fd = cli::parse_number<int>(e->d_name);
-    if (!fd) continue;
-    sockaddr_storage peer{}, self{};
-    socklen_t pl = sizeof peer, sl = sizeof self;
-    if (::getpeername(*fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (::getsockname(*fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
-    char text[INET6_ADDRSTRLEN] = {};
-    int pport = -1, sport = -1;
-    if (peer.ss_family == AF_INET) {
-      const auto* p = reinterpret_cast<const sockaddr_in*>(&peer);
-      ::inet_ntop(AF_INET, &p->sin_addr, text, sizeof text);
-      pport = ntohs(p->sin_port);
-      sport = ntohs(reinterpret_cast<const sockaddr_in*>(&self)->sin_port);
-    } else if (peer.ss_family == AF_INET6) {
-      const auto* p = reinterpret_cast<const sockaddr_in6*>(&peer);
-      ::inet_ntop(AF_INET6, &p->sin6_addr, text, sizeof text);
-      pport = ntohs(p->sin6_port);
-      sport = ntohs(reinterpret_cast<const sockaddr_in6*>(&self)->sin6_port);
-    }
-    if (pport == remote_port && sport == local_port && remote_addr == text) {
-      found = *fd;
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
-}
-
-/// The peer closed (or reset) the connection: poll without waiting.
-bool peer_gone(int fd) {
-  if (fd < 0) return false;
-  pollfd p{fd, POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Counters for /metrics.
 
 struct Metrics {
@@ -173,113 +93,6 @@ struct Metrics {
   std::atomic<std::uint64_t> prompt_tokens{0}, cached_tokens{0}, generated_tokens{0};
   std::atomic<std::uint64_t> cancelled{0};
   std::atomic<std::uint64_t> prefill_us{0}, decode_us{0};
-};
-
-// ---------------------------------------------------------------------------------------------
-// Slots: a Session each, handed to one request at a time, in the order requests arrived.
-
-struct Slot {
-  std::unique_ptr<ThreadPool> pool;  // this slot's threads (declared first: outlives session)
-  std::optional<Session> session;
-  std::vector<std::int32_t> held;  // tokens the cache holds after the last request (approx.)
-  bool busy = false;
-  std::uint64_t last_used = 0;
-};
-
-class Scheduler {
- public:
-  explicit Scheduler(std::size_t max_queue) : max_queue_(max_queue) {}
-
-  std::vector<Slot>& slots() { return slots_; }
-
-  /// A place in the queue, or nothing when it is full or the server is stopping.
-  std::optional<std::uint64_t> enqueue() {
-    std::lock_guard lock(mu_);
-    if (stopping_ || waiting_.size() >= max_queue_ + free_slots_locked()) return std::nullopt;
-    const std::uint64_t ticket = next_ticket_++;
-    waiting_.push_back(ticket);
-    return ticket;
-  }
-
-  /// Waits until `ticket` is first in line and a slot is free; takes the free slot sharing the
-  /// longest prefix with `prompt`. Null when `give_up()` says so while waiting (polled).
-  Slot* acquire(std::uint64_t ticket, std::span<const std::int32_t> prompt,
-                const std::function<bool()>& give_up) {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      if (waiting_.front() == ticket && free_slots_locked() > 0) break;
-      if (give_up()) {
-        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
-        cv_.notify_all();
-        return nullptr;
-      }
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
-    }
-    waiting_.pop_front();
-    Slot* best = nullptr;
-    std::size_t best_common = 0;
-    for (Slot& s : slots_) {
-      if (s.busy) continue;
-      const auto common = static_cast<std::size_t>(
-          std::mismatch(s.held.begin(), s.held.end(), prompt.begin(), prompt.end()).first -
-          s.held.begin());
-      if (best == nullptr || common > best_common ||
-          (common == best_common && s.last_used < best->last_used)) {
-        best = &s;
-        best_common = common;
-      }
-    }
-    best->busy = true;
-    best->last_used = ++uses_;
-    ++active_;
-    cv_.notify_all();
-    return best;
-  }
-
-  /// Leaves the queue if `ticket` is still in it (a streamed request whose client left before
-  /// its reply started); otherwise nothing.
-  void forget(std::uint64_t ticket) {
-    std::lock_guard lock(mu_);
-    if (const auto it = std::find(waiting_.begin(), waiting_.end(), ticket); it != waiting_.end()) {
-      waiting_.erase(it);
-      cv_.notify_all();
-    }
-  }
-
-  void release(Slot& s) {
-    std::lock_guard lock(mu_);
-    s.busy = false;
-    --active_;
-    cv_.notify_all();
-  }
-
-  std::size_t queue_length() {
-    std::lock_guard lock(mu_);
-    return waiting_.size();
-  }
-  std::size_t active() {
-    std::lock_guard lock(mu_);
-    return active_;
-  }
-  bool stopping() {
-    std::lock_guard lock(mu_);
-    return stopping_;
-  }
-  void stop_accepting() {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-
- private:
-  std::size_t free_slots_locked() const { return slots_.size() - active_; }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Slot> slots_;
-  std::deque<std::uint64_t> waiting_;
-  std::uint64_t next_ticket_ = 0, uses_ = 0;
-  std::size_t active_ = 0, max_queue_;
-  bool stopping_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
