@@ -257,19 +257,13 @@ class JsonMatcher {
           return true;
         }
         return false;
-      case Mode::zero:
-        if (c == '.') {
-          mode_ = Mode::dot;
-          return true;
-        }
-        if (c == 'e' || c == 'E') {
-          mode_ = Mode::exponent;
-          return true;
-        }
-        return end_number(c);
       case Mode::integer:
         if (c >= '0' && c <= '9') return true;
-        if (c == '.') {
+        [[fallthrough]];
+      case Mode::zero:  // no digit may follow a leading 0
+      case Mode::fraction:
+        if (mode_ == Mode::fraction && c >= '0' && c <= '9') return true;
+        if (c == '.' && mode_ != Mode::fraction) {
           mode_ = Mode::dot;
           return true;
         }
@@ -282,13 +276,6 @@ class JsonMatcher {
         if (c < '0' || c > '9') return false;
         mode_ = Mode::fraction;
         return true;
-      case Mode::fraction:
-        if (c >= '0' && c <= '9') return true;
-        if (c == 'e' || c == 'E') {
-          mode_ = Mode::exponent;
-          return true;
-        }
-        return end_number(c);
       case Mode::exponent:
         if (c == '+' || c == '-') {
           mode_ = Mode::exponent_sign;
