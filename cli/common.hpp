@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // What every edgellm-* command line program (the tools/ and the bench/ ones) does the same way:
-// llama.cpp's flag spellings, --version, the --threads cap, a prompt from a file or stdin,
-// whether its output really reached stdout, and the progress of a model load. The flag table
-// they parse their command lines with is cli/flags.hpp.
+// --version, a usage error, a prompt from a file or stdin, whether its output really reached
+// stdout, and the progress of a model load. The flag table they parse their command lines with
+// (llama.cpp's spellings, the --threads cap) is cli/flags.hpp.
 #pragma once
 
 #include "edgellm/config.hpp"
-#include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/result.hpp"
@@ -20,7 +19,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -31,36 +29,6 @@ namespace edgellm::cli {
 
 /// Exit status of a malformed command line (unknown flag, missing or bad value), on every tool.
 inline constexpr int kUsageExit = 2;
-
-/// Another spelling of a flag: `from` is read as `to`.
-struct Alias {
-  std::string_view from, to;
-};
-
-/// llama.cpp's spellings (llama-cli -m -p -f -n -t -c -s --temp, and its long forms) of the flags
-/// the edgellm-* tools name in full. A tool that has no such flag rejects the spelling as unknown.
-inline constexpr Alias kLlamaAliases[] = {
-    {"-m", "--model"},        {"-p", "--prompt"},          {"-f", "--file"},
-    {"-t", "--threads"},      {"-c", "--context"},         {"--ctx-size", "--context"},
-    {"-s", "--seed"},         {"--temp", "--temperature"}, {"--n-predict", "--max-tokens"},
-    {"-n", "--max-tokens"},
-};
-
-/// The spelling a tool's parser compares `arg` with: kLlamaAliases applied, then the tool's own
-/// `extra` aliases (edgellm-tokenize reads --model as --tokenizer). Messages should name `arg`,
-/// the flag as the user wrote it.
-inline std::string_view canonical_flag(std::string_view arg, std::initializer_list<Alias> extra = {}) {
-  for (const Alias& a : kLlamaAliases) {
-    if (arg == a.from) {
-      arg = a.to;
-      break;
-    }
-  }
-  for (const Alias& a : extra) {
-    if (arg == a.from) return a.to;
-  }
-  return arg;
-}
 
 /// What --version prints: the edgellm version, the git commit it was built from, the build type
 /// and flags (the ISA the compiler targeted), the SIMD set of the exact path (fixed at compile
@@ -134,24 +102,6 @@ inline constexpr std::size_t kMaxPromptFileBytes = std::size_t{64} << 20;
 /// The text of -f/--file `path` (read_text_argument, at most kMaxPromptFileBytes).
 inline result<std::string> read_prompt_file(const std::string& path) {
   return read_text_argument(path, "--file", kMaxPromptFileBytes);
-}
-
-/// "" when `threads` is a usable --threads value, else why not (a usage error, exit 2): 0, or
-/// above detail::max_threads_flag() (4 x the hardware threads, at most 256). Above the hardware
-/// threads alone it prints a warning to stderr and accepts.
-inline std::string check_threads(const char* prog, std::size_t threads) {
-  const std::size_t hw = detail::hardware_threads(), cap = detail::max_threads_flag(hw);
-  if (threads == 0 || threads > cap) {
-    return "--threads: " + std::to_string(threads) + " is not in [1, " + std::to_string(cap) +
-           "] (at most 4 x the " + std::to_string(hw) + " hardware threads, and 256)";
-  }
-  if (hw != 0 && threads > hw) {
-    std::fprintf(stderr,
-                 "%s: warning: --threads %zu is more than the %zu hardware threads; the extra "
-                 "threads wait for a core and slow every step\n",
-                 prog, threads, hw);
-  }
-  return {};
 }
 
 /// Flushes stdout and returns `rc`, or 1 with a message on stderr when anything written to it

@@ -4,10 +4,13 @@
 //
 // A program declares its flags in a table of `flag`s (names, value name, help, target
 // variable, parse function, made by the factories flag::boolean, number, real, list,
-// real_list, threads, string, strings, choice and custom); parse_flags fills the targets and
-// names the flag and the value in what it rejects. Both `--flag value` and `--flag=value` work.
+// real_list, threads, thread_count, string, strings, choice, parsed and custom, and adjusted
+// by shows_default, non_empty, on_set and also_accepts); parse_flags fills the targets and
+// names the flag as written and the value in what it rejects. Both `--flag value` and
+// `--flag=value` work.
 // The default shown in help is the target's value when the table is built, unless the flag
-// says otherwise (shows_default), so help and behaviour cannot disagree.
+// says otherwise (shows_default), so help and behaviour cannot disagree. The edgellm-* tools
+// parse through tools/flags.hpp, the benches through bench/flags.hpp.
 //
 //   std::size_t n = 64;
 //   std::vector<cli::flag> flags{
@@ -28,6 +31,7 @@
 #include <cstdio>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,22 +66,22 @@ bool parse_number(std::string_view s, T& out) {
   return v.has_value();
 }
 
-/// The integer `s` if it is one, whole, and in [lo, hi].
+/// The integer `s` if it is one, whole, and in [lo, hi] (no sign for unsigned types, whose
+/// whole range is read: a 64-bit seed may exceed LLONG_MAX).
 template <std::integral T>
 std::optional<T> parse_integer(std::string_view s, T lo, T hi) {
-  const auto v = parse_number<long long>(s);
+  using Wide = std::conditional_t<std::is_unsigned_v<T>, unsigned long long, long long>;
+  const auto v = parse_number<Wide>(s);
   if (!v) return std::nullopt;
-  if constexpr (std::is_unsigned_v<T>) {
-    if (*v < 0) return std::nullopt;
-  }
   if (std::cmp_less(*v, lo) || std::cmp_greater(*v, hi)) return std::nullopt;
   return static_cast<T>(*v);
 }
 
-/// The finite number `s` if it is one, whole, and >= lo.
-inline std::optional<double> parse_real(std::string_view s, double lo) {
+/// The finite number `s` if it is one, whole, and in [lo, hi].
+inline std::optional<double> parse_real(std::string_view s, double lo,
+                                        double hi = std::numeric_limits<double>::infinity()) {
   const auto v = parse_number<double>(s);
-  if (!v || *v < lo) return std::nullopt;
+  if (!v || *v < lo || *v > hi) return std::nullopt;
   return v;
 }
 
@@ -100,6 +104,43 @@ struct flag {
     return std::move(*this);
   }
 
+  /// Refuses an empty value ("-m ''"): "empty DIR", with `note` in parentheses when given.
+  flag non_empty(std::string note = {}) && {
+    parse = [parse = std::move(parse), what = metavar, note = std::move(note)](std::string_view v) {
+      if (v.empty())
+        return note.empty() ? "empty " + what : fmt::format("empty {} ({})", what, note);
+      return parse(v);
+    };
+    return std::move(*this);
+  }
+
+  /// Also runs `action` after each value the flag accepts: marks it given, or sets a second
+  /// variable (`--context` fixes the context a budget may otherwise shrink).
+  flag on_set(std::function<void()> action) && {
+    parse = [parse = std::move(parse), action = std::move(action)](std::string_view v) {
+      std::string why = parse(v);
+      if (why.empty()) action();
+      return why;
+    };
+    return std::move(*this);
+  }
+
+  /// Also accepts the value `word` (llama.cpp's "-1": no limit, a random seed), running
+  /// `action` for it instead of the parse; a rejected value's reason adds "(or WORD)".
+  flag also_accepts(std::string word, std::function<void()> action) && {
+    parse = [parse = std::move(parse), word = std::move(word),
+             action = std::move(action)](std::string_view v) {
+      if (v == word) {
+        action();
+        return std::string();
+      }
+      std::string why = parse(v);
+      if (!why.empty()) why += fmt::format(" (or {})", word);
+      return why;
+    };
+    return std::move(*this);
+  }
+
   /// A switch: sets `target = value` (so `--no-lock` can clear a `lock` that defaults to true).
   static flag boolean(std::vector<std::string> names, std::string help, bool& target,
                       bool value = true) {
@@ -114,22 +155,30 @@ struct flag {
   static flag number(std::vector<std::string> names, std::string metavar, std::string help,
                      T& target, T lo, T hi) {
     return {std::move(names), std::move(metavar), std::move(help), std::to_string(target),
-            [&target, lo, hi](std::string_view v) {
-              const auto n = cli::parse_integer<T>(v, lo, hi);
-              if (!n) return out_of_range(v, lo, hi);
-              target = *n;
-              return std::string();
-            }};
+            integer_into(target, lo, hi)};
   }
 
-  /// A finite number >= lo.
-  static flag real(std::vector<std::string> names, std::string metavar, std::string help,
-                   double& target, double lo) {
+  /// An integer in [lo, hi] into an optional, empty until the flag is given (the default is
+  /// the program's to say: shows_default).
+  template <std::integral T>
+  static flag number(std::vector<std::string> names, std::string metavar, std::string help,
+                     std::optional<T>& target, T lo, T hi) {
+    return {std::move(names), std::move(metavar), std::move(help),
+            target ? std::to_string(*target) : std::string(), integer_into(target, lo, hi)};
+  }
+
+  /// A finite number in [lo, hi] (float or double).
+  template <std::floating_point T>
+  static flag real(std::vector<std::string> names, std::string metavar, std::string help, T& target,
+                   double lo, double hi = std::numeric_limits<double>::infinity()) {
     return {std::move(names), std::move(metavar), std::move(help), fmt::format("{}", target),
-            [&target, lo](std::string_view v) {
-              const auto x = cli::parse_real(v, lo);
-              if (!x) return fmt::format("'{}' is not a number >= {}", v, lo);
-              target = *x;
+            [&target, lo, hi](std::string_view v) {
+              const auto x = cli::parse_real(v, lo, hi);
+              if (!x) {
+                return std::isinf(hi) ? fmt::format("'{}' is not a number >= {}", v, lo)
+                                      : fmt::format("'{}' is not a number in [{}, {}]", v, lo, hi);
+              }
+              target = static_cast<T>(*x);
               return std::string();
             }};
   }
@@ -175,25 +224,28 @@ struct flag {
     return {std::move(names), "N[,N...]", std::move(help), join(target),
             [&target](std::string_view v) {
               std::vector<int> parsed;
-              const auto hw_count = edgellm::detail::hardware_threads();
-              const auto hw = static_cast<int>(std::max<std::size_t>(1, hw_count));
-              const auto cap = static_cast<int>(edgellm::detail::max_threads_flag(hw_count));
+              const auto hw = static_cast<int>(hardware_threads_or_1());
               for (const std::string_view item : split_list(v)) {
-                const auto n = cli::parse_integer<int>(item, 0, cap);
-                if (!n) {
-                  return fmt::format("item {} (at most 4 x the {} hardware threads, and 256)",
-                                     out_of_range(item, 0, cap), hw_count);
-                }
-                if (*n > hw) {
-                  fmt::print(stderr,
-                             "warning: {} threads is more than the {} hardware threads; the extra "
-                             "threads only wait for a core\n",
-                             *n, hw);
-                }
-                parsed.push_back(*n == 0 ? hw : *n);
+                std::string why;
+                const auto n = static_cast<int>(thread_count_of(item, 0, {}, why));
+                if (!why.empty()) return "item " + why;
+                parsed.push_back(n == 0 ? hw : n);
               }
               target = std::move(parsed);
               return std::string();
+            }};
+  }
+
+  /// One thread count in [1, cap], the cap as threads() has it, with its warning above the
+  /// hardware threads (after "`prog`: " when given).
+  static flag thread_count(std::vector<std::string> names, std::string help, std::size_t& target,
+                           std::string prog = {}) {
+    return {std::move(names), "N", std::move(help), std::to_string(target),
+            [&target, prog = std::move(prog)](std::string_view v) {
+              std::string why;
+              const std::size_t n = thread_count_of(v, 1, prog, why);
+              if (why.empty()) target = n;
+              return why;
             }};
   }
 
@@ -201,6 +253,16 @@ struct flag {
   static flag string(std::vector<std::string> names, std::string metavar, std::string help,
                      std::string& target) {
     return {std::move(names), std::move(metavar), std::move(help), target,
+            [&target](std::string_view v) {
+              target = std::string(v);
+              return std::string();
+            }};
+  }
+
+  /// Any string into an optional, empty until the flag is given ("" is a value).
+  static flag string(std::vector<std::string> names, std::string metavar, std::string help,
+                     std::optional<std::string>& target) {
+    return {std::move(names), std::move(metavar), std::move(help), target.value_or(""),
             [&target](std::string_view v) {
               target = std::string(v);
               return std::string();
@@ -250,7 +312,22 @@ struct flag {
             }};
   }
 
-  /// A value parsed by `parse` (which returns "" or why the value is bad).
+  /// A value `parse` turns into the target: it returns an edgellm::result (the library's
+  /// parse_kv_type, parse_budget), whose error's message says why not. No default is shown.
+  template <class T, class Parse>
+  static flag parsed(std::vector<std::string> names, std::string metavar, std::string help,
+                     T& target, Parse parse) {
+    return {std::move(names), std::move(metavar), std::move(help), "",
+            [&target, parse = std::move(parse)](std::string_view v) {
+              auto r = parse(v);
+              if (!r) return std::string(r.error().message);
+              target = std::move(*r);
+              return std::string();
+            }};
+  }
+
+  /// A value parsed by `parse` (which returns "" or why the value is bad); with an empty
+  /// metavar, a switch (`parse` gets "").
   static flag custom(std::vector<std::string> names, std::string metavar, std::string help,
                      parser parse) {
     return {std::move(names), std::move(metavar), std::move(help), "", std::move(parse)};
@@ -262,9 +339,44 @@ struct flag {
   }
 
  private:
+  // Parses an integer in [lo, hi] into `target` (a T or an optional<T>).
+  template <std::integral T, class Target>
+  static parser integer_into(Target& target, T lo, T hi) {
+    return [&target, lo, hi](std::string_view v) {
+      const auto n = cli::parse_integer<T>(v, lo, hi);
+      if (!n) return out_of_range(v, lo, hi);
+      target = *n;
+      return std::string();
+    };
+  }
   template <class T>
   static std::string out_of_range(std::string_view v, T lo, T hi) {
+    if (hi == std::numeric_limits<T>::max() &&
+        (std::is_unsigned_v<T> || lo != std::numeric_limits<T>::min()))
+      return fmt::format("'{}' is not an integer >= {}", v, lo);
     return fmt::format("'{}' is not an integer in [{}, {}]", v, lo, hi);
+  }
+  static std::size_t hardware_threads_or_1() {
+    return std::max<std::size_t>(1, edgellm::detail::hardware_threads());
+  }
+  // One thread count `v` in [lo, cap] (threads()); sets `why` when it is not one.
+  static std::size_t thread_count_of(std::string_view v, std::size_t lo, std::string_view prog,
+                                     std::string& why) {
+    const std::size_t hw_count = edgellm::detail::hardware_threads(), hw = hardware_threads_or_1();
+    const std::size_t cap = edgellm::detail::max_threads_flag(hw_count);
+    const auto n = cli::parse_integer<std::size_t>(v, lo, cap);
+    if (!n) {
+      why = fmt::format("{} (at most 4 x the {} hardware threads, and 256)",
+                        out_of_range(v, lo, cap), hw_count);
+      return 0;
+    }
+    if (*n > hw) {
+      fmt::print(stderr,
+                 "{}{}warning: {} threads is more than the {} hardware threads; the extra threads "
+                 "only wait for a core\n",
+                 prog, prog.empty() ? "" : ": ", *n, hw);
+    }
+    return *n;
   }
   template <class T>
   static std::string join(const std::vector<T>& v) {
@@ -318,9 +430,10 @@ inline std::string parse_flags(int argc, char** argv,
   return {};
 }
 
-/// Writes the table's help lines to `to`: the spellings and value name in a column `width`
-/// wide, then the help and "(default X)"; '\n' in a help continues it under the first line.
-inline void print_flags(std::FILE* to, const std::vector<flag>& flags, std::size_t width) {
+/// The table's help lines: the spellings and value name in a column `width` wide, then the
+/// help and "(default X)"; '\n' in a help continues it under the first line.
+inline std::string flags_help(const std::vector<flag>& flags, std::size_t width) {
+  std::string out;
   for (const flag& f : flags) {
     std::string left;
     for (const auto& n : f.names) {
@@ -333,17 +446,25 @@ inline void print_flags(std::FILE* to, const std::vector<flag>& flags, std::size
     }
     std::string help = f.help;
     if (!f.default_text.empty()) help += fmt::format(" (default {})", f.default_text);
-    std::string line = fmt::format("  {:<{}} ", left, width);
-    if (left.size() > width) line = fmt::format("  {}\n  {:<{}} ", left, "", width);
+    // A long left column puts the help on the next line.
+    out += left.size() > width ? fmt::format("  {}\n  {:<{}} ", left, "", width)
+                               : fmt::format("  {:<{}} ", left, width);
     for (std::size_t start = 0;;) {  // continuation lines line up under the first
       const std::size_t nl = help.find('\n', start);
-      line += help.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+      out += help.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
       if (nl == std::string::npos) break;
-      line += fmt::format("\n  {:<{}} ", "", width);
+      out += fmt::format("\n  {:<{}} ", "", width);
       start = nl + 1;
     }
-    fmt::print(to, "{}\n", line);
+    out += '\n';
   }
+  return out;
+}
+
+/// Writes flags_help to `to` (through stdio: a failed write is found by ferror, not thrown).
+inline void print_flags(std::FILE* to, const std::vector<flag>& flags, std::size_t width) {
+  const std::string text = flags_help(flags, width);
+  std::fwrite(text.data(), 1, text.size(), to);
 }
 
 }  // namespace edgellm::cli

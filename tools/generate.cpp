@@ -3,13 +3,11 @@
 // *.safetensors, tokenizer.json), encodes the prompt, generates with the sampler and streams the
 // text to stdout; statistics go to stderr. With no arguments it runs the bundled KJV model.
 // Loading, the KV cache, sampling and (speculative) decoding are edgellm::Engine and Session.
-#include "../cli/common.hpp"
-#include "../cli/flags.hpp"
+#include "flags.hpp"
 #include "vulkan_model.hpp"
 #include "edgellm/session.hpp"
 #include "edgellm/model/chat_template.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
-#include "edgellm/detail/split.hpp"
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/io/meminfo.hpp"
 #include "edgellm/model/generation_config.hpp"
@@ -19,7 +17,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <csignal>
 #include <chrono>
 #include <cmath>
@@ -27,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -47,111 +45,24 @@ namespace {
 namespace fs = std::filesystem;
 using namespace edgellm;
 
-constexpr const char* kUsage = R"(usage: edgellm-generate [options]
+constexpr const char* kProg = "edgellm-generate";
+
+constexpr const char* kHead = R"(usage: edgellm-generate [options]
 
 Generates text from a Hugging Face checkpoint directory (Llama / Qwen2 / Mistral; AutoAWQ int4,
 or fp16/bf16 quantised to int4 at load) with its tokenizer.json. Text streams to stdout,
 statistics (time to first token, tokens/s, peak memory) to stderr. With no arguments it
 generates from the bundled model (models/kjv-target-awq) with a fixed prompt.
 
-model:
-  -m, --model DIR        checkpoint directory (default: the bundled KJV model)
-  --fp32-reference       dense fp32 weights and math (slow; for checking against PyTorch)
-  -t, --threads N        threads for matmuls and attention (default 2; on a big.LITTLE CPU
-                         the performance cores). At most 4 x the hardware threads (and 256);
-                         a warning above the hardware threads
-  --pin                  pin the threads to the performance cores (sched_setaffinity)
-  -c, --context N        context size in tokens (default: min(model maximum, 4096)); above
-                         the model's max_position_embeddings only with --force-context
-  --force-context        allow --context above max_position_embeddings (RoPE untrained there)
-  --kv-type T            KV cache storage: int8, f16 or f32 (default int8: half the memory of
-                         f16, keys/values quantised per position and head)
-  --packed-cache auto|FILE
-                         map the int4 weights from a packed-weight cache instead of repacking
-                         them at every start (`auto`: DIR/edgellm-packed-q4.bin); written on
-                         the first run, rebuilt when the checkpoint or options change; an
-                         existing FILE of another model (or not a packed cache) is left alone
-  --force                with --packed-cache FILE: replace a regular file there that is not a
-                         packed cache of this checkpoint (never a device, FIFO or directory)
-  --lm-head F            f16 (the stored tensor as is), int8 or int4: the lm_head quantised
-                         at load (default int8: half the bytes per token of f16; falls back to
-                         f16 when no group size divides hidden_size); as_stored and q4 are
-                         accepted aliases; ignored with --fp32-reference
-  --memory-budget B      BYTES, NN[KMG]iB or NN% of MemAvailable: before loading, choose what
-                         no flag fixed so that the plan fits (edgellm-plan --choose: the
-                         lm_head, then the KV type, then the context); says what it chose, or
-                         refuses with the plan when nothing fits (CPU backend)
-  --backend B            cpu (default) or vulkan: weights, activations and the KV cache on a
-                         Vulkan device, a decode step one submission (int4 linears; the
-                         lm_head as stored unless --lm-head is given; --kv-type int8 or f16)
-  --device N             the Vulkan device's index (default: discrete > integrated > CPU)
-  --vk-gemv G            with --backend vulkan, the int4 decode GEMVs: auto (default: W4A8
-                         where the device accelerates integer dot products, else fp32), fp32,
-                         int8 (W4A8 everywhere) or int8-dot (W4A8 on integer dot products;
-                         refused where the device lacks them); the prompt stays fp32
-  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use
-                         (by default an error: the config may not be this checkpoint's)
-  --prompt-cache FILE    reuse the KV state of a previous prompt's common prefix from FILE (a
-                         system prompt is prefilled once), and save this prompt's state to it;
-                         a prompt cache of another model or context is rebuilt (a warning), a
-                         FILE that is not a prompt cache is refused before the load
+)";
 
-prompt:
-  -p, --prompt TEXT      the prompt (default: "And God said")
-  -f, --file FILE        the prompt from FILE (`-` = stdin) instead of --prompt
-  --prompt-ids 1,2,3     the prompt as token ids instead of text
-  -i, --interactive, --chat
-                         interactive chat on stdin, one user message a line, in the
-                         checkpoint's chat_template (ChatML, with a warning, when
-                         tokenizer_config.json has none). The whole conversation is rendered
-                         each turn and only what the KV cache does not hold yet is prefilled
-                         (the stats line says how many prompt tokens were cached). Empty lines
-                         are skipped; `/reset` forgets the conversation (the --system message
-                         stays); `/exit` or end of input (Ctrl-D) ends it. Ctrl-C stops an
-                         answer (what was said stays in the conversation) and returns to the
-                         prompt; Ctrl-C at the prompt ends the chat (exit 0). When the context
-                         fills, the oldest turns are dropped (the --system message stays), with
-                         a note on stderr, and the chat goes on. A line that is not UTF-8 is
-                         reported and skipped
-  --system TEXT          system message for --chat
-
-generation (the sampling defaults below give way to the checkpoint's generation_config.json
+constexpr const char* kGenerationHeading =
+    R"(generation (the sampling defaults below give way to the checkpoint's generation_config.json
 where it sets temperature, top_k, top_p, min_p, repetition_penalty or do_sample false = greedy;
-a flag wins over both; what was applied is printed on stderr):
-  -n, --max-tokens N     most tokens to generate (default 128; -1 = until the end of the text
-                         or a full context; otherwise > 0)
-  --greedy               always the most probable token (same as --temperature 0)
-  --temp, --temperature T
-                         sampling temperature (default 0.8; 0 = greedy)
-  --top-k K              keep the K most probable tokens (default 40; 0 = off)
-  --top-p P              keep the smallest set of tokens with probability mass >= P (default 0.95)
-  --min-p P              drop tokens less probable than P x the most probable (default 0 = off)
-  --repeat-penalty R     divide (or multiply, if negative) the logits of recent tokens (default 1)
-  --repeat-last-n N      how many recent tokens the penalty looks at (default 64; 0 = all)
-  -s, --seed S           random seed (default 0): the same seed gives the same text; -1 = a
-                         random seed, printed on stderr ("seed: N") unless --quiet
-  --stop STRING          stop before this text (repeatable); the model's eos ids always stop
-  --ignore-eos           do not stop at the model's eos ids
+a flag wins over both; what was applied is printed on stderr):)";
 
-speculative decoding:
-  --draft DIR|lookup     a draft model (same tokenizer as --model) proposes tokens that the model
-                         verifies in one batched forward; `lookup` drafts by n-gram lookup in the
-                         prompt and the text so far. The output distribution is the model's own
-                         (greedy: the same tokens as without --draft)
-  -k N                   tokens drafted per step (default 5; 1..32)
-  --adaptive             choose k each step from measured acceptance and costs, and stop
-                         drafting when it does not pay
-
-output:
-  --print-ids            print the generated token ids as a JSON list instead of text
-  --no-display-prompt    do not echo the prompt to stdout before the generated text
-  --quiet                only the text (and errors, warnings) on stderr: no loading progress,
-                         no load, defaults or statistics lines. The progress is a bar with an
-                         ETA when stderr is a terminal, else one line per 10 %
-  -h, --help             this text
-  --version              version, git commit, build flags and the int4 microkernel used here
-
-Exit status: 0 on success (a cache that could not be saved is a warning on stderr, shown even
+constexpr const char* kTail =
+    R"(Exit status: 0 on success (a cache that could not be saved is a warning on stderr, shown even
 with --quiet), 1 on a runtime error (bad model, prompt, lost output: stdout closed or full), 2 on
 bad arguments (including --threads or --context out of range). The arguments, the prompt and
 generation_config.json are checked before the weights are loaded.
@@ -192,167 +103,190 @@ struct Args {
   bool adaptive = false;
   decode::SamplingOptions sampling;
   std::vector<std::string> stops;
-  std::vector<std::string> given;  ///< every flag on the command line, in its long spelling
+  std::vector<std::string> given;  ///< every spelling of every flag on the command line
   bool was_given(std::string_view flag) const {
     return std::find(given.begin(), given.end(), flag) != given.end();
   }
 };
 
-int usage_error(const std::string& msg) { return cli::usage_error("edgellm-generate", msg); }
+int usage_error(const std::string& msg) { return cli::usage_error(kProg, msg); }
 
-// Returns 0 to go on, 2 on a usage error (already printed), 3 for --help, 4 for --version.
-int parse_args(int argc, char** argv, Args& a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = cli::canonical_flag(argv[i]);  // -m is --model, ...
-    std::string_view v;
-    const auto need = [&](const char* what) {
-      if (i + 1 >= argc) return false;
-      v = argv[++i];
-      (void)what;
-      return true;
-    };
-    const auto num = [&](auto& out, const char* what, double lo, double hi) -> int {
-      if (!need(what)) return usage_error(std::string(arg) + ": missing " + what);
-      if (!cli::parse_number(v, out) || static_cast<double>(out) < lo || static_cast<double>(out) > hi)
-        return usage_error(fmt::format("{}: '{}' is not a number in [{}, {}]", arg, v, lo, hi));
-      return 0;
-    };
-    int rc = 0;
-    if (arg == "-h" || arg == "--help") {
-      return 3;
-    } else if (arg == "--version") {
-      return 4;
-    } else if (arg == "--file") {
-      if (!need("FILE") || v.empty()) return usage_error("--file: missing FILE (`-` = stdin)");
-      a.prompt_file = v;
-    } else if (arg == "--model") {
-      if (!need("DIR")) return usage_error("--model: missing DIR");
-      // An empty DIR (`-m "$UNSET"`) must not quietly become the bundled model.
-      if (v.empty()) return usage_error("--model: empty DIR (leave out -m for the bundled model)");
-      a.model = v;
-    } else if (arg == "--prompt") {
-      if (!need("TEXT")) return usage_error("--prompt: missing TEXT");
-      a.prompt = v;
-    } else if (arg == "--system") {
-      if (!need("TEXT")) return usage_error("--system: missing TEXT");
-      a.system = v;
-    } else if (arg == "--prompt-ids") {
-      if (!need("IDS")) return usage_error("--prompt-ids: missing a comma-separated list of ids");
-      a.have_prompt_ids = true;
-      a.prompt_ids.clear();
-      for (const std::string_view item : edgellm::detail::split_list(v)) {
-        std::int32_t id = 0;
-        if (!cli::parse_number(item, id))
-          return usage_error(fmt::format("--prompt-ids: '{}' (item {}) is not a token id", item,
-                                         a.prompt_ids.size() + 1));
-        a.prompt_ids.push_back(id);
-      }
-    } else if (arg == "--chat" || arg == "-i" || arg == "--interactive") {
-      a.chat = true;
-    } else if (arg == "--quiet") {
-      a.quiet = true;
-    } else if (arg == "--fp32-reference") {
-      a.fp32_reference = true;
-    } else if (arg == "--print-ids") {
-      a.print_ids = true;
-    } else if (arg == "--no-display-prompt") {
-      a.display_prompt = false;
-    } else if (arg == "--ignore-eos") {
-      a.ignore_eos = true;
-    } else if (arg == "--greedy") {
-      a.sampling.temperature = 0.0f;
-    } else if (arg == "--pin") {
-      a.pin = true;
-    } else if (arg == "--force") {
-      a.force = true;
-    } else if (arg == "--force-context") {
-      a.force_context = true;
-    } else if (arg == "--lm-head") {
-      if (!need("F")) return usage_error("--lm-head: missing f16, int8 or int4");
-      const auto f = model::parse_lm_head_format(v);
-      if (!f) return usage_error("--lm-head: '" + std::string(v) + "' is not f16, int8 or int4");
-      a.lm_head = *f;
-      a.lm_head_given = true;
-    } else if (arg == "--allow-extra-tensors") {
-      a.allow_extra_tensors = true;
-    } else if (arg == "--threads") {
-      rc = num(a.threads, "N", 1, 1e9);  // the cap (cli::check_threads) once all are read
-    } else if (arg == "--context") {
-      rc = num(a.context, "N", 1, 1 << 24);
-    } else if (arg == "--max-tokens") {
-      if (i + 1 < argc && std::string_view(argv[i + 1]) == "-1") {  // llama.cpp's "no limit"
-        a.max_tokens = kNoTokenLimit;
-        ++i;
-      } else {
-        rc = num(a.max_tokens, "N", 0, 1e9);
-        if (rc == 0 && a.max_tokens == 0)
-          return usage_error(std::string(arg) + ": 0 tokens to generate (must be > 0, or -1)");
-      }
-    } else if (arg == "--temperature") {
-      rc = num(a.sampling.temperature, "T", 0, 1e6);
-    } else if (arg == "--top-k") {
-      rc = num(a.sampling.top_k, "K", 0, 1e9);
-    } else if (arg == "--top-p") {
-      rc = num(a.sampling.top_p, "P", 1e-9, 1);
-    } else if (arg == "--min-p") {
-      rc = num(a.sampling.min_p, "P", 0, 0.999999);
-    } else if (arg == "--repeat-penalty") {
-      rc = num(a.sampling.repetition_penalty, "R", 1e-6, 1e6);
-    } else if (arg == "--repeat-last-n") {
-      rc = num(a.sampling.penalty_last_n, "N", 0, 1e9);
-    } else if (arg == "--seed") {
-      a.random_seed = i + 1 < argc && std::string_view(argv[i + 1]) == "-1";
-      if (a.random_seed) {
-        ++i;
-      } else {
-        rc = num(a.sampling.seed, "S", 0, 1.8446744073709552e19);
-      }
-    } else if (arg == "--stop") {
-      if (!need("STRING") || v.empty()) return usage_error("--stop: missing a non-empty STRING");
-      a.stops.emplace_back(v);
-    } else if (arg == "--backend") {
-      if (!need("B")) return usage_error("--backend: missing cpu or vulkan");
-      const auto b = tools::parse_backend(v);
-      if (!b) return usage_error("--backend: '" + std::string(v) + "' is not cpu or vulkan");
-      a.backend = *b;
-    } else if (arg == "--device") {
-      std::uint32_t n = 0;
-      rc = num(n, "N", 0, 1024);
-      if (rc == 0) a.device = n;
-    } else if (arg == "--vk-gemv") {
-      if (!need("G")) return usage_error(std::string("--vk-gemv: missing ") + tools::kVkGemvValues);
-      backend::vk::GemvChoice g{};
-      if (const std::string why = tools::parse_vk_gemv(v, g); !why.empty()) return usage_error(why);
-      a.vk_gemv = g;
-    } else if (arg == "--kv-type") {
-      if (!need("T")) return usage_error("--kv-type: missing T (int8, f16 or f32)");
-      auto t = cache::parse_kv_type(v);
-      if (!t) return usage_error("--kv-type: " + t.error().message);
-      a.kv_type = *t;
-    } else if (arg == "--packed-cache") {
-      if (!need("FILE") || v.empty()) return usage_error("--packed-cache: missing `auto` or FILE");
-      a.packed_cache = v;
-    } else if (arg == "--draft") {
-      if (!need("DIR") || v.empty()) return usage_error("--draft: missing DIR or `lookup`");
-      a.draft = v;
-    } else if (arg == "-k") {
-      rc = num(a.k, "N", 1, 32);
-    } else if (arg == "--adaptive") {
-      a.adaptive = true;
-    } else if (arg == "--prompt-cache") {
-      if (!need("FILE") || v.empty()) return usage_error("--prompt-cache: missing FILE");
-      a.prompt_cache = v;
-    } else if (arg == "--memory-budget") {
-      if (!need("B")) return usage_error("--memory-budget: missing BYTES, NN[KMG]iB or NN%");
-      auto b = parse_budget(v);
-      if (!b) return usage_error("--memory-budget: " + b.error().message);
-      a.memory_budget = *b;
-    } else {
-      return usage_error(fmt::format("unknown argument '{}'", argv[i]));
-    }
-    if (rc != 0) return rc;
-    a.given.emplace_back(arg);
-  }
+// Parses argv into `a`: nullopt to go on, else the exit status (--help, --version, a usage error).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
+  using cli::flag;
+  const std::vector<flag> model{
+      flag::string({"-m", "--model"}, "DIR", "checkpoint directory", a.model)
+          .non_empty("leave out -m for the bundled model")
+          .shows_default("the bundled KJV model"),
+      flag::boolean({"--fp32-reference"},
+                    "dense fp32 weights and math (slow; for checking against PyTorch)",
+                    a.fp32_reference),
+      tools::threads_flag(a.threads, kProg,
+                          "threads for matmuls and attention (on a big.LITTLE CPU the default\n"
+                          "is its performance cores). At most 4 x the hardware threads (and\n"
+                          "256); a warning above the hardware threads"),
+      flag::boolean({"--pin"}, "pin the threads to the performance cores (sched_setaffinity)",
+                    a.pin),
+      flag::number<std::size_t>(
+          {"-c", "--context", "--ctx-size"}, "N",
+          "context size in tokens; above the model's max_position_embeddings\n"
+          "only with --force-context",
+          a.context, 1, std::size_t{1} << 24)
+          .shows_default("min(model maximum, 4096)"),
+      flag::boolean({"--force-context"},
+                    "allow --context above max_position_embeddings (RoPE untrained there)",
+                    a.force_context),
+      tools::kv_type_flag({"--kv-type"},
+                          "KV cache storage: int8, f16 or f32 (int8: half the memory of\n"
+                          "f16, keys/values quantised per position and head)",
+                          a.kv_type),
+      flag::string({"--packed-cache"}, "auto|FILE",
+                   "map the int4 weights from a packed-weight cache instead of repacking\n"
+                   "them at every start (`auto`: DIR/edgellm-packed-q4.bin); written on\n"
+                   "the first run, rebuilt when the checkpoint or options change; an\n"
+                   "existing FILE of another model (or not a packed cache) is left alone",
+                   a.packed_cache)
+          .non_empty(),
+      flag::boolean({"--force"},
+                    "with --packed-cache FILE: replace a regular file there that is not a\n"
+                    "packed cache of this checkpoint (never a device, FIFO or directory)",
+                    a.force),
+      tools::lm_head_flag("f16 (the stored tensor as is), int8 or int4: the lm_head quantised\n"
+                          "at load (int8: half the bytes per token of f16; falls back to f16\n"
+                          "when no group size divides hidden_size); as_stored and q4 are\n"
+                          "accepted aliases; ignored with --fp32-reference",
+                          a.lm_head)
+          .on_set([&a] { a.lm_head_given = true; }),
+      flag::parsed({"--memory-budget"}, "B",
+                   "BYTES, NN[KMG]iB or NN% of MemAvailable: before loading, choose what\n"
+                   "no flag fixed so that the plan fits (edgellm-plan --choose: the\n"
+                   "lm_head, then the KV type, then the context); says what it chose, or\n"
+                   "refuses with the plan when nothing fits (CPU backend)",
+                   a.memory_budget, parse_budget),
+      tools::backend_flag("cpu, or vulkan: weights, activations and the KV cache on a Vulkan\n"
+                          "device, a decode step one submission (int4 linears; the lm_head as\n"
+                          "stored unless --lm-head is given; --kv-type int8 or f16)",
+                          a.backend),
+      flag::number<std::uint32_t>({"--device"}, "N", "the Vulkan device's index", a.device, 0, 1024)
+          .shows_default("discrete > integrated > CPU"),
+      tools::vk_gemv_flag("with --backend vulkan, the int4 decode GEMVs: auto (W4A8 where the\n"
+                          "device accelerates integer dot products, else fp32), fp32, int8 (W4A8\n"
+                          "everywhere) or int8-dot (W4A8 on integer dot products; refused where\n"
+                          "the device lacks them); the prompt stays fp32",
+                          a.vk_gemv)
+          .shows_default("auto"),
+      flag::boolean({"--allow-extra-tensors"},
+                    "load a checkpoint holding tensors its config.json does not use\n"
+                    "(by default an error: the config may not be this checkpoint's)",
+                    a.allow_extra_tensors),
+      flag::string({"--prompt-cache"}, "FILE",
+                   "reuse the KV state of a previous prompt's common prefix from FILE (a\n"
+                   "system prompt is prefilled once), and save this prompt's state to it;\n"
+                   "a prompt cache of another model or context is rebuilt (a warning), a\n"
+                   "FILE that is not a prompt cache is refused before the load",
+                   a.prompt_cache)
+          .non_empty(),
+  };
+  const std::vector<flag> prompt{
+      flag::string({"-p", "--prompt"}, "TEXT", "the prompt", a.prompt)
+          .shows_default("\"" + a.prompt + "\""),
+      flag::string({"-f", "--file"}, "FILE",
+                   "the prompt from FILE (`-` = stdin) instead of --prompt", a.prompt_file)
+          .non_empty(),
+      tools::token_ids_flag({"--prompt-ids"}, "the prompt as token ids instead of text",
+                            a.prompt_ids)
+          .on_set([&a] { a.have_prompt_ids = true; }),
+      flag::boolean({"-i", "--interactive", "--chat"},
+                    "interactive chat on stdin, one user message a line, in the\n"
+                    "checkpoint's chat_template (ChatML, with a warning, when\n"
+                    "tokenizer_config.json has none). The whole conversation is rendered\n"
+                    "each turn and only what the KV cache does not hold yet is prefilled\n"
+                    "(the stats line says how many prompt tokens were cached). Empty lines\n"
+                    "are skipped; `/reset` forgets the conversation (the --system message\n"
+                    "stays); `/exit` or end of input (Ctrl-D) ends it. Ctrl-C stops an\n"
+                    "answer (what was said stays in the conversation) and returns to the\n"
+                    "prompt; Ctrl-C at the prompt ends the chat (exit 0). When the context\n"
+                    "fills, the oldest turns are dropped (the --system message stays), with\n"
+                    "a note on stderr, and the chat goes on. A line that is not UTF-8 is\n"
+                    "reported and skipped",
+                    a.chat),
+      flag::string({"--system"}, "TEXT", "system message for --chat", a.system),
+  };
+  constexpr std::size_t kMaxCount = 1000000000;  // -n, --top-k, --repeat-last-n
+  const std::vector<flag> generation{
+      flag::number<std::size_t>({"-n", "--max-tokens", "--n-predict"}, "N",
+                                "most tokens to generate; -1 = until the end of the text or a\n"
+                                "full context",
+                                a.max_tokens, 1, kMaxCount)
+          .also_accepts("-1", [&a] { a.max_tokens = kNoTokenLimit; }),
+      flag::custom({"--greedy"}, "", "always the most probable token (same as --temperature 0)",
+                   [&a](std::string_view) {
+                     a.sampling.temperature = 0.0f;
+                     return std::string();
+                   }),
+      flag::real({"--temp", "--temperature"}, "T", "sampling temperature; 0 = greedy",
+                 a.sampling.temperature, 0, 1e6),
+      flag::number<std::size_t>({"--top-k"}, "K", "keep the K most probable tokens; 0 = off",
+                                a.sampling.top_k, 0, kMaxCount),
+      flag::real({"--top-p"}, "P", "keep the smallest set of tokens with probability mass >= P",
+                 a.sampling.top_p, 1e-9, 1),
+      flag::real({"--min-p"}, "P", "drop tokens less probable than P x the most probable; 0 = off",
+                 a.sampling.min_p, 0, 0.999999),
+      flag::real({"--repeat-penalty"}, "R",
+                 "divide (or multiply, if negative) the logits of recent tokens",
+                 a.sampling.repetition_penalty, 1e-6, 1e6),
+      flag::number<std::size_t>({"--repeat-last-n"}, "N",
+                                "how many recent tokens the penalty looks at; 0 = all",
+                                a.sampling.penalty_last_n, 0, kMaxCount),
+      flag::number<std::uint64_t>({"-s", "--seed"}, "S",
+                                  "random seed: the same seed gives the same text; -1 = a\n"
+                                  "random seed, printed on stderr (\"seed: N\") unless --quiet",
+                                  a.sampling.seed, 0, std::numeric_limits<std::uint64_t>::max())
+          .on_set([&a] { a.random_seed = false; })
+          .also_accepts("-1", [&a] { a.random_seed = true; }),
+      flag::strings({"--stop"}, "STRING",
+                    "stop before this text (repeatable); the model's eos ids always stop", a.stops)
+          .non_empty(),
+      flag::boolean({"--ignore-eos"}, "do not stop at the model's eos ids", a.ignore_eos),
+  };
+  const std::vector<flag> speculative{
+      flag::string({"--draft"}, "DIR|lookup",
+                   "a draft model (same tokenizer as --model) proposes tokens that the model\n"
+                   "verifies in one batched forward; `lookup` drafts by n-gram lookup in the\n"
+                   "prompt and the text so far. The output distribution is the model's own\n"
+                   "(greedy: the same tokens as without --draft)",
+                   a.draft)
+          .non_empty(),
+      flag::number<std::size_t>({"-k"}, "N", "tokens drafted per step", a.k, 1, 32),
+      flag::boolean({"--adaptive"},
+                    "choose k each step from measured acceptance and costs, and stop\n"
+                    "drafting when it does not pay",
+                    a.adaptive),
+  };
+  const std::vector<flag> output{
+      flag::boolean({"--print-ids"}, "print the generated token ids as a JSON list instead of text",
+                    a.print_ids),
+      flag::boolean({"--no-display-prompt"},
+                    "do not echo the prompt to stdout before the generated text", a.display_prompt,
+                    false),
+      flag::boolean({"--quiet"},
+                    "only the text (and errors, warnings) on stderr: no loading progress,\n"
+                    "no load, defaults or statistics lines. The progress is a bar with an\n"
+                    "ETA when stderr is a terminal, else one line per 10 %",
+                    a.quiet),
+  };
+  const tools::Help help{kHead,
+                         {{"model:", &model},
+                          {"prompt:", &prompt},
+                          {kGenerationHeading, &generation},
+                          {"speculative decoding:", &speculative},
+                          {"output:", &output}},
+                         kTail,
+                         22};
+  if (const auto rc = tools::parse_command_line(kProg, argc, argv, help, [&a](const flag& f) {
+        a.given.insert(a.given.end(), f.names.begin(), f.names.end());
+      }))
+    return rc;  // --help, --version or a usage error
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
   // Each source of the prompt excludes the others: none is quietly ignored.
   if (a.was_given("--prompt") && (a.have_prompt_ids || !a.prompt_file.empty() || a.chat)) {
@@ -366,23 +300,24 @@ int parse_args(int argc, char** argv, Args& a) {
     return usage_error("--system: only with --chat/-i (a plain prompt has no system message)");
   if (!a.prompt_file.empty() && (a.chat || a.have_prompt_ids))
     return usage_error("--file gives the prompt: not with --chat or --prompt-ids");
-  if (a.chat && !a.prompt_cache.empty()) return usage_error("--prompt-cache is not supported with --chat");
+  if (a.chat && !a.prompt_cache.empty())
+    return usage_error("--prompt-cache is not supported with --chat");
   if (!a.draft.empty() && !a.prompt_cache.empty())
     return usage_error("--prompt-cache is not supported with --draft");
   if (a.force && (a.packed_cache.empty() || a.packed_cache == "auto"))
     return usage_error("--force: only with --packed-cache FILE (an `auto` cache is ours anyway)");
-  if (const std::string why = cli::check_threads("edgellm-generate", a.threads); !why.empty())
-    return usage_error(why);
   if (a.memory_budget && a.backend == tools::BackendKind::vulkan)
-    return usage_error("--memory-budget plans host memory: CPU backend only; drop --backend vulkan");
+    return usage_error(
+        "--memory-budget plans host memory: CPU backend only; drop --backend vulkan");
   if (a.backend == tools::BackendKind::vulkan) {
-    if (a.fp32_reference) return usage_error("--fp32-reference runs on the CPU only; drop --backend vulkan");
+    if (a.fp32_reference)
+      return usage_error("--fp32-reference runs on the CPU only; drop --backend vulkan");
   } else if (a.device) {
     return usage_error("--device: applies to --backend vulkan only");
   } else if (a.vk_gemv) {
     return usage_error("--vk-gemv: applies to --backend vulkan only");
   }
-  return 0;
+  return std::nullopt;
 }
 
 // The checkpoint's generation_config.json sampling defaults, where no flag chose otherwise
@@ -834,11 +769,7 @@ int run(const Args& a, Session& session) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (const int rc = parse_args(argc, argv, a); rc != 0) {
-    if (rc == 3) return std::fputs(kUsage, stdout), cli::finish_stdout("edgellm-generate", 0);
-    if (rc == 4) return cli::print_version("edgellm-generate");
-    return rc;
-  }
+  if (const auto rc = parse_args(argc, argv, a)) return *rc;
   const auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "edgellm-generate: %s\n", msg.c_str());
     return 1;

@@ -2,11 +2,9 @@
 // edgellm-logits: runs a checkpoint on a list of token ids and writes the logits as JSON in the
 // shape of tools/reference_forward.py's output, to compare edgellm with other implementations.
 #include "cleanup.hpp"
-#include "../cli/common.hpp"
-#include "../cli/flags.hpp"
+#include "flags.hpp"
 #include "vulkan_model.hpp"
 #include "edgellm/decode/model.hpp"
-#include "edgellm/detail/split.hpp"
 #include "edgellm/io/atomic_file.hpp"
 #include "edgellm/model/config_json.hpp"
 #include "edgellm/model/transformer.hpp"
@@ -16,13 +14,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -33,7 +31,9 @@
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kProg = "edgellm-logits";
+
+constexpr const char* kHead =
     "usage: edgellm-logits -m DIR --ids 1,2,3 --out FILE.json [options]\n"
     "\n"
     "Runs the checkpoint in DIR (HF Llama / Qwen2 / Qwen3 / Mistral: fp16/bf16/fp32, or AutoAWQ "
@@ -44,31 +44,9 @@ constexpr const char* kUsage =
     "tools/reference_forward.py. FILE.json may be '-' for stdout. FILE.json is written under a\n"
     "temporary name and renamed, so an earlier file is replaced whole or not at all; it may\n"
     "replace any regular file, never a device, FIFO, directory or the model.\n"
-    "\n"
-    "options:\n"
-    "  -m, --model DIR   the checkpoint directory (required)\n"
-    "  --all-positions   logits of every position, not only the last\n"
-    "  --fp32-reference  dense fp32 weights and math (AWQ weights dequantised as AutoAWQ does)\n"
-    "  --exact           int4 matmuls on the exact path (default: the fast W4A8 path)\n"
-    "  --lm-head F       f16 (the stored tensor as is), int8 or int4: the lm_head quantised\n"
-    "                    at load (default int8; as_stored and q4 are accepted aliases);\n"
-    "                    ignored with --fp32-reference\n"
-    "  -t, --threads N   threads for matmuls and attention (default 1; at most 4 x the\n"
-    "                    hardware threads, and 256)\n"
-    "  --backend B       cpu (default) or vulkan: the whole forward on a Vulkan device (int4\n"
-    "                    linears, an f16 lm_head: --lm-head defaults to f16 there; f16 KV)\n"
-    "  --device N        the Vulkan device's index (default: discrete > integrated > CPU)\n"
-    "  --vk-gemv G       with --backend vulkan, the int4 one-row GEMVs: auto (default: W4A8\n"
-    "                    where the device accelerates integer dot products and --exact is\n"
-    "                    not given, else fp32), fp32, int8 or int8-dot\n"
-    "  --allow-extra-tensors  load a checkpoint holding tensors its config.json does not use\n"
-    "  --force-context   allow more ids than the model's max_position_embeddings (RoPE\n"
-    "                    untrained there)\n"
-    "  --quiet           no loading progress (a bar on a terminal, else a line per 10 %) and\n"
-    "                    no 'wrote' line on stderr; errors and warnings still\n"
-    "  -h, --help        this text\n"
-    "  --version         version, git commit, build flags and the int4 microkernel used here\n"
-    "\n"
+    "\n";
+
+constexpr const char* kTail =
     "Exit status: 0 on success, 1 on a runtime error (a bad model, an id outside its\n"
     "vocab_size), 2 on a usage error (including more ids than max_position_embeddings).\n";
 
@@ -85,95 +63,64 @@ struct Args {
   std::optional<edgellm::backend::vk::GemvChoice> vk_gemv;
 };
 
-// Parses argv; on error prints the reason and returns false (exit code 2).
-bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
-  const auto fail = [](const std::string& msg) {
-    edgellm::cli::usage_error("edgellm-logits", msg);
-    return false;
-  };
+// Parses argv into `a`: nullopt to go on, else the exit status (--help, --version, a usage error).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
+  const auto fail = [](const std::string& msg) { return edgellm::cli::usage_error(kProg, msg); };
+  using edgellm::cli::flag;
   bool have_ids = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = edgellm::cli::canonical_flag(argv[i]);  // -m is --model
-    const auto value = [&](std::string& out) {
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (arg == "-h" || arg == "--help") {
-      help = true;
-      return true;
-    } else if (arg == "--version") {
-      version = true;
-      return true;
-    } else if (arg == "--all-positions") {
-      a.all_positions = true;
-    } else if (arg == "--fp32-reference") {
-      a.fp32_reference = true;
-    } else if (arg == "--exact") {
-      a.exact = true;
-    } else if (arg == "--lm-head") {
-      if (!value(v)) return fail("--lm-head: missing f16, int8 or int4");
-      const auto f = edgellm::model::parse_lm_head_format(v);
-      if (!f) return fail("--lm-head: '" + v + "' is not f16, int8 or int4");
-      a.lm_head = *f;
-      a.lm_head_given = true;
-    } else if (arg == "--backend") {
-      if (!value(v)) return fail("--backend: missing cpu or vulkan");
-      const auto b = edgellm::tools::parse_backend(v);
-      if (!b) return fail("--backend: '" + v + "' is not cpu or vulkan");
-      a.backend = *b;
-    } else if (arg == "--device") {
-      if (!value(v)) return fail("--device: missing N");
-      std::uint32_t n = 0;
-      if (!edgellm::cli::parse_number(v, n)) return fail("--device: '" + v + "' is not a device index");
-      a.device = n;
-    } else if (arg == "--vk-gemv") {
-      if (!value(v))
-        return fail(std::string("--vk-gemv: missing ") + edgellm::tools::kVkGemvValues);
-      edgellm::backend::vk::GemvChoice g{};
-      if (const std::string why = edgellm::tools::parse_vk_gemv(v, g); !why.empty())
-        return fail(why);
-      a.vk_gemv = g;
-    } else if (arg == "--allow-extra-tensors") {
-      a.allow_extra_tensors = true;
-    } else if (arg == "--force-context") {
-      a.force_context = true;
-    } else if (arg == "--quiet") {
-      a.quiet = true;
-    } else if (arg == "--model") {
-      if (!value(a.model)) return fail("--model: missing DIR");
-    } else if (arg == "--out") {
-      if (!value(a.out)) return fail("--out: missing FILE");
-    } else if (arg == "--threads") {
-      if (!value(v)) return fail("--threads: missing N");
-      unsigned long n = 0;
-      if (!edgellm::cli::parse_number(v, n)) return fail("--threads: '" + v + "' is not an integer");
-      if (const std::string why = edgellm::cli::check_threads("edgellm-logits", n);
-          !why.empty()) {
-        return fail(why);
-      }
-      a.threads = n;
-    } else if (arg == "--ids") {
-      if (!value(v)) return fail("--ids: missing a comma-separated list of token ids");
-      have_ids = true;
-      for (const std::string_view item : edgellm::detail::split_list(v)) {
-        std::int32_t id = 0;
-        if (!edgellm::cli::parse_number(item, id)) {
-          return fail("--ids: '" + std::string(item) + "' (item " +
-                      std::to_string(a.ids.size() + 1) + ") is not a token id");
-        }
-        a.ids.push_back(id);
-      }
-    } else {
-      return fail("unknown argument '" + std::string(argv[i]) + "'");
-    }
-  }
+  const std::vector<flag> flags{
+      flag::string({"-m", "--model"}, "DIR", "the checkpoint directory (required)", a.model),
+      edgellm::tools::token_ids_flag({"--ids"}, "the token ids, a comma-separated list (required)",
+                                     a.ids)
+          .on_set([&have_ids] { have_ids = true; }),
+      flag::string({"--out"}, "FILE.json", "where the JSON goes, '-' for stdout (required)", a.out),
+      flag::boolean({"--all-positions"}, "logits of every position, not only the last",
+                    a.all_positions),
+      flag::boolean({"--fp32-reference"},
+                    "dense fp32 weights and math (AWQ weights dequantised as AutoAWQ does)",
+                    a.fp32_reference),
+      flag::boolean({"--exact"}, "int4 matmuls on the exact path (default: the fast W4A8 path)",
+                    a.exact),
+      edgellm::tools::lm_head_flag("f16 (the stored tensor as is), int8 or int4: the lm_head\n"
+                                   "quantised at load (as_stored and q4 are accepted aliases;\n"
+                                   "f16 by default with --backend vulkan); ignored with\n"
+                                   "--fp32-reference",
+                                   a.lm_head)
+          .on_set([&a] { a.lm_head_given = true; }),
+      edgellm::tools::threads_flag(a.threads, kProg),
+      edgellm::tools::backend_flag("cpu, or vulkan: the whole forward on a Vulkan device (int4\n"
+                                   "linears, an f16 lm_head unless --lm-head is given; f16 KV)",
+                                   a.backend),
+      flag::number<std::uint32_t>({"--device"}, "N", "the Vulkan device's index", a.device, 0,
+                                  std::numeric_limits<std::uint32_t>::max())
+          .shows_default("discrete > integrated > CPU"),
+      edgellm::tools::vk_gemv_flag(
+          "with --backend vulkan, the int4 one-row GEMVs: auto (W4A8\n"
+          "where the device accelerates integer dot products and --exact is\n"
+          "not given, else fp32), fp32, int8 or int8-dot",
+          a.vk_gemv)
+          .shows_default("auto"),
+      flag::boolean({"--allow-extra-tensors"},
+                    "load a checkpoint holding tensors its config.json does not use",
+                    a.allow_extra_tensors),
+      flag::boolean({"--force-context"},
+                    "allow more ids than the model's max_position_embeddings (RoPE\n"
+                    "untrained there)",
+                    a.force_context),
+      flag::boolean({"--quiet"},
+                    "no loading progress (a bar on a terminal, else a line per 10 %) and\n"
+                    "no 'wrote' line on stderr; errors and warnings still",
+                    a.quiet),
+  };
+  if (const auto rc = edgellm::tools::parse_command_line(
+          kProg, argc, argv, {kHead, {{"options:", &flags}}, kTail, 20}))
+    return rc;  // --help, --version or a usage error
   if (a.model.empty()) return fail("--model DIR is required");
   if (a.backend == edgellm::tools::BackendKind::vulkan) {
     if (const std::string why = edgellm::tools::vulkan_unavailable(); !why.empty())
       return fail(why);
-    if (a.fp32_reference) return fail("--fp32-reference runs on the CPU only; drop --backend vulkan");
+    if (a.fp32_reference)
+      return fail("--fp32-reference runs on the CPU only; drop --backend vulkan");
   } else if (a.device) {
     return fail("--device: applies to --backend vulkan only");
   } else if (a.vk_gemv) {
@@ -184,7 +131,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   if (a.fp32_reference && a.exact) {
     return fail("--exact selects the int4 path; it cannot be combined with --fp32-reference");
   }
-  return true;
+  return std::nullopt;
 }
 
 // The JSON text of the result. Non-finite logits (not valid JSON numbers) become null.
@@ -227,7 +174,7 @@ int check_before_load(const Args& a) {
           "--ids", "a prompt of " + std::to_string(a.ids.size()) + " ids", a.ids.size(),
           cfg->max_position_embeddings, a.force_context);
       !why.empty()) {
-    return edgellm::cli::usage_error("edgellm-logits", why);
+    return edgellm::cli::usage_error(kProg, why);
   }
   for (std::size_t i = 0; i < a.ids.size(); ++i) {
     if (a.ids[i] < 0 || static_cast<std::size_t>(a.ids[i]) >= cfg->vocab_size) {
@@ -348,14 +295,8 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  bool help = false, version = false;
-  if (!parse_args(argc, argv, a, help, version)) return edgellm::cli::kUsageExit;
-  if (version) return edgellm::cli::print_version("edgellm-logits");
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return edgellm::cli::finish_stdout("edgellm-logits", 0);
-  }
+  if (const auto rc = parse_args(argc, argv, a)) return *rc;
   if (const int rc = check_before_load(a); rc != 0) return rc;
   const int rc = run(a);  // a failed --out write has said so already
-  return rc == 0 ? edgellm::cli::finish_stdout("edgellm-logits", rc) : rc;
+  return rc == 0 ? edgellm::cli::finish_stdout(kProg, rc) : rc;
 }

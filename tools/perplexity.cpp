@@ -2,8 +2,7 @@
 // edgellm-perplexity: sliding-window perplexity of a checkpoint on a text file, and with
 // --kl-base the KL divergence of its next-token distributions to a base model's (llama.cpp's
 // perplexity tool and its --kl-divergence, in one run with both models loaded).
-#include "../cli/common.hpp"
-#include "../cli/flags.hpp"
+#include "flags.hpp"
 #include "edgellm/io/json_write.hpp"
 #include "edgellm/model/config_json.hpp"
 #include "edgellm/model/tokenizer.hpp"
@@ -13,12 +12,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -33,7 +32,7 @@ constexpr const char* kProg = "edgellm-perplexity";
 // Largest --text read: far above any evaluation set.
 constexpr std::size_t kMaxTextBytes = std::size_t{1} << 30;
 
-constexpr const char* kUsage =
+constexpr const char* kHead =
     "usage: edgellm-perplexity -m DIR --text FILE [options]\n"
     "\n"
     "Perplexity of the checkpoint in DIR on the text of FILE, in sliding windows:\n"
@@ -52,36 +51,7 @@ constexpr const char* kUsage =
     "99th percentile (linear interpolation between the sorted values) and the top-1 agreement\n"
     "(the fraction of tokens where both models' most probable token is the same), as llama.cpp's\n"
     "--kl-divergence does.\n"
-    "\n"
-    "options:\n"
-    "  -m, --model DIR      the checkpoint directory (required; its tokenizer.json\n"
-    "                       tokenises FILE)\n"
-    "  --text FILE          the evaluation text (required; -f/--file is the same flag; a\n"
-    "                       pipe such as <(cmd) or `-` for stdin is read to its end)\n"
-    "  -c, --ctx N          window size in tokens (default 512; at least 2; at most the\n"
-    "                       model's max_position_embeddings unless --force-context)\n"
-    "  --force-context      allow --ctx above max_position_embeddings (RoPE untrained there)\n"
-    "  --stride N           tokens between window starts (default: ctx; 1..ctx)\n"
-    "  -n, --max-tokens N   only the first N tokens of FILE (default: all)\n"
-    "  --kl-base BASE       a base checkpoint (e.g. the fp16 one) to measure KL divergence to\n"
-    "  --format text|json   one human line (default) or one JSON object on stdout:\n"
-    "                       {\"model\", \"text\", \"ctx\", \"stride\", \"windows\",\n"
-    "                       \"tokens\", \"nll\", \"ppl\", \"ppl_stderr\"} and with --kl-base\n"
-    "                       \"base\", \"kl\", \"kl_stderr\", \"kl_p99\", \"top1\" (a fraction)\n"
-    "  --fp32-reference     the model in dense fp32 weights and math (AWQ weights dequantised as\n"
-    "                       AutoAWQ does); default: int4 (fp16 checkpoints quantised at load)\n"
-    "  --exact              int4 matmuls on the exact path (default: the fast W4A8 path)\n"
-    "  --lm-head F          f16 (the stored tensor as is), int8 or int4: the model's lm_head\n"
-    "                       quantised at load (default int8, as edgellm-generate; ignored with\n"
-    "                       --fp32-reference and for the --kl-base model)\n"
-    "  -t, --threads N      threads for matmuls and attention (default 1; at most 4 x the\n"
-    "                       hardware threads, and 256)\n"
-    "  --allow-extra-tensors  load checkpoints holding tensors their config.json does not use\n"
-    "  --quiet              no progress (loading, one step per window) on stderr\n"
-    "  -h, --help           this text\n"
-    "  --version            version, git commit, build flags and the int4 microkernel used here\n"
-    "\n"
-    "Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.\n";
+    "\n";
 
 struct Args {
   std::string model, text, kl_base;
@@ -92,84 +62,65 @@ struct Args {
   bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
 };
 
-// Parses argv; on error prints the reason and returns false (exit code 2).
-bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
-  const auto fail = [](const std::string& msg) {
-    edgellm::cli::usage_error(kProg, msg);
-    return false;
-  };
+// Parses argv into `a`: nullopt to go on, else the exit status (--help, --version, a usage error).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
+  const auto fail = [](const std::string& msg) { return edgellm::cli::usage_error(kProg, msg); };
+  using edgellm::cli::flag;
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
   bool have_stride = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg =
-        edgellm::cli::canonical_flag(argv[i], {{"--file", "--text"}, {"--context", "--ctx"}});
-    const std::string flag(arg);  // messages name the flag in full (-t is --threads)
-    std::string v;
-    const auto value = [&](std::string& out) {
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    // A positive integer value of `flag` into `out`.
-    const auto number = [&](std::size_t& out) {
-      if (!value(v)) return fail(flag + ": missing N");
-      unsigned long long n = 0;
-      if (!edgellm::cli::parse_number(v, n)) {
-        return fail(flag + ": '" + v + "' is not a non-negative integer");
-      }
-      out = static_cast<std::size_t>(n);
-      return true;
-    };
-    if (arg == "-h" || arg == "--help") {
-      help = true;
-      return true;
-    } else if (arg == "--version") {
-      version = true;
-      return true;
-    } else if (arg == "--fp32-reference") {
-      a.fp32_reference = true;
-    } else if (arg == "--lm-head") {
-      if (!value(v)) return fail("--lm-head: missing f16, int8 or int4");
-      const auto f = edgellm::model::parse_lm_head_format(v);
-      if (!f) return fail("--lm-head: '" + v + "' is not f16, int8 or int4");
-      a.lm_head = *f;
-      a.lm_head_given = true;
-    } else if (arg == "--exact") {
-      a.exact = true;
-    } else if (arg == "--allow-extra-tensors") {
-      a.allow_extra_tensors = true;
-    } else if (arg == "--force-context") {
-      a.force_context = true;
-    } else if (arg == "--quiet") {
-      a.quiet = true;
-    } else if (arg == "--model") {
-      if (!value(a.model)) return fail(flag + ": missing DIR");
-    } else if (arg == "--text") {
-      if (!value(a.text)) return fail(flag + ": missing FILE");
-    } else if (arg == "--kl-base") {
-      if (!value(a.kl_base)) return fail(flag + ": missing DIR");
-    } else if (arg == "--format") {
-      if (!value(v)) return fail(flag + ": missing text|json");
-      if (v != "text" && v != "json") return fail(flag + ": '" + v + "' is not text or json");
-      a.json = v == "json";
-    } else if (arg == "--ctx") {
-      if (!number(a.ctx)) return false;
-      if (a.ctx < 2)
-        return fail(flag + ": " + v + " is less than 2 (a window of 1 token scores nothing)");
-    } else if (arg == "--stride") {
-      if (!number(a.stride)) return false;
-      have_stride = true;
-    } else if (arg == "--max-tokens") {
-      if (!number(a.max_tokens)) return false;
-      if (a.max_tokens == 0) return fail(flag + ": must be at least 1");
-    } else if (arg == "--threads") {
-      if (!number(a.threads)) return false;
-      if (const std::string why = edgellm::cli::check_threads(kProg, a.threads); !why.empty()) {
-        return fail(why);
-      }
-    } else {
-      return fail("unknown argument '" + std::string(argv[i]) + "'");
-    }
-  }
+  const std::vector<flag> flags{
+      flag::string({"-m", "--model"}, "DIR",
+                   "the checkpoint directory (required; its tokenizer.json\n"
+                   "tokenises FILE)",
+                   a.model),
+      flag::string({"--text", "-f", "--file"}, "FILE",
+                   "the evaluation text (required; a pipe such as <(cmd) or `-` for\n"
+                   "stdin is read to its end)",
+                   a.text),
+      flag::number<std::size_t>({"-c", "--ctx", "--context", "--ctx-size"}, "N",
+                                "window size in tokens, at least 2 (a window of 1 token scores\n"
+                                "nothing); at most the model's max_position_embeddings unless\n"
+                                "--force-context",
+                                a.ctx, 2, kMax),
+      flag::boolean({"--force-context"},
+                    "allow --ctx above max_position_embeddings (RoPE untrained there)",
+                    a.force_context),
+      flag::number<std::size_t>({"--stride"}, "N", "tokens between window starts, 1..ctx", a.stride,
+                                0, kMax)
+          .shows_default("ctx")
+          .on_set([&have_stride] { have_stride = true; }),
+      flag::number<std::size_t>({"-n", "--max-tokens", "--n-predict"}, "N",
+                                "only the first N tokens of FILE", a.max_tokens, 1, kMax)
+          .shows_default("all"),
+      flag::string({"--kl-base"}, "BASE",
+                   "a base checkpoint (e.g. the fp16 one) to measure KL divergence to", a.kl_base),
+      flag::choice({"--format"},
+                   "one human line or one JSON object on stdout:\n"
+                   "{\"model\", \"text\", \"ctx\", \"stride\", \"windows\",\n"
+                   "\"tokens\", \"nll\", \"ppl\", \"ppl_stderr\"} and with --kl-base\n"
+                   "\"base\", \"kl\", \"kl_stderr\", \"kl_p99\", \"top1\" (a fraction)",
+                   a.json, {{"text", false}, {"json", true}}),
+      flag::boolean({"--fp32-reference"},
+                    "the model in dense fp32 weights and math (AWQ weights dequantised as\n"
+                    "AutoAWQ does); default: int4 (fp16 checkpoints quantised at load)",
+                    a.fp32_reference),
+      flag::boolean({"--exact"}, "int4 matmuls on the exact path (default: the fast W4A8 path)",
+                    a.exact),
+      edgellm::tools::lm_head_flag(
+          "f16 (the stored tensor as is), int8 or int4: the model's lm_head\n"
+          "quantised at load, as edgellm-generate (ignored with\n"
+          "--fp32-reference and for the --kl-base model)",
+          a.lm_head)
+          .on_set([&a] { a.lm_head_given = true; }),
+      edgellm::tools::threads_flag(a.threads, kProg),
+      flag::boolean({"--allow-extra-tensors"},
+                    "load checkpoints holding tensors their config.json does not use",
+                    a.allow_extra_tensors),
+      flag::boolean({"--quiet"}, "no progress (loading, one step per window) on stderr", a.quiet),
+  };
+  if (const auto rc = edgellm::tools::parse_command_line(
+          kProg, argc, argv, {.head = kHead, .sections = {{"options:", &flags}}}))
+    return rc;  // --help, --version or a usage error
   if (a.model.empty()) return fail("--model DIR is required");
   if (a.text.empty()) return fail("--text FILE is required");
   if (!have_stride) a.stride = a.ctx;
@@ -180,7 +131,7 @@ bool parse_args(int argc, char** argv, Args& a, bool& help, bool& version) {
   if (a.fp32_reference && a.exact) {
     return fail("--exact selects the int4 path; it cannot be combined with --fp32-reference");
   }
-  return true;
+  return std::nullopt;
 }
 
 using Model = edgellm::model::Transformer<>;
@@ -417,13 +368,7 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  bool help = false, version = false;
-  if (!parse_args(argc, argv, a, help, version)) return edgellm::cli::kUsageExit;
-  if (version) return edgellm::cli::print_version(kProg);
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return edgellm::cli::finish_stdout(kProg, 0);
-  }
+  if (const auto rc = parse_args(argc, argv, a)) return *rc;
   const int rc = run(a);
   return rc == 0 ? edgellm::cli::finish_stdout(kProg, rc) : rc;
 }

@@ -3,8 +3,7 @@
 // anything is loaded (edgellm::plan_memory: config.json and the safetensors headers only), as
 // one JSON object, and the decision under a budget. --measure then loads it, fills the context
 // and reports the measured peak RSS beside the plan.
-#include "../cli/common.hpp"
-#include "../cli/flags.hpp"
+#include "flags.hpp"
 #include "edgellm/plan.hpp"
 #include "edgellm/io/json_write.hpp"
 #include "edgellm/io/meminfo.hpp"
@@ -13,59 +12,32 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <string_view>
-#include <system_error>
 #include <vector>
 
 namespace {
 
 using namespace edgellm;
 
-constexpr const char* kUsage = R"(usage: edgellm-plan -m DIR [options]
+constexpr const char* kProg = "edgellm-plan";
+
+constexpr const char* kHead = R"(usage: edgellm-plan -m DIR [options]
 
 Prints the memory plan of Engine::load(DIR) and Session::create() with these options as one
 JSON object (bytes as integers): weights mapped and resident, the transient peak of loading,
 KV cache for the context and KV type, scratch, tokenizer, and the peak; with --budget, whether
 it fits. Nothing is loaded: config.json and the safetensors headers are read.
 
-  -m, --model DIR        checkpoint directory (required)
-  -c, --context N        tokens per session (default: min(model maximum, 4096))
-  --kv-type T            int8, f16 or f32 (default int8)
-  -t, --threads N        threads of the pool (attention scratch is per thread; default 1)
-  --max-batch N          most tokens per forward chunk (default 64)
-  --sessions N           sessions over the one loaded model (default 1)
-  --lm-head F            f16 (as stored), int8 or int4 (quantised at load), as edgellm-generate
-                         (default int8, f16 when no group size divides hidden_size; as_stored
-                         and q4 are accepted aliases)
-  --packed-cache auto|FILE   int4 weights from a packed-weight cache (planned as valid if the
-                         file exists)
-  --packed-cache-copy    copy them into owned memory instead of mapping them
-  --no-release-source-pages  keep converted tensors' source pages mapped (LoadOptions)
-  --exact                the exact int4 path (no quantised-activation workspace)
-  --fp32-reference       dense fp32 weights
-  --no-tokenizer         weights only (as edgellm-bench loads them)
-  --draft DIR            a draft model for speculative decoding (-k N drafted tokens, default 5)
-  --budget B             BYTES, NN[KMG]iB, or NN% of MemAvailable (/proc/meminfo)
-  --shrink-context-to-fit  with --budget: the largest context that fits instead of a refusal
-  --choose               with --budget: choose what the flags leave open so that it fits: the
-                         lm_head (int8, f16, int4), then the KV type (f16, int8), then the
-                         context (the longest that fits, at least 256); says what and why
-  --meminfo FILE         read the available memory from FILE instead of /proc/meminfo
-  --measure              then load, create the sessions, fill every context and add the
-                         measured bytes (VmRSS before loading, VmHWM after) to the output
-  --format json|text     one JSON object (default) or one line of text
-  -h, --help             this text
-  --version              version, git commit, build flags and the int4 microkernel used here
+)";
 
-Exit status: 0 fits (or no budget), 1 a runtime error or a plan over the budget (a refusal),
+constexpr const char* kTail =
+    R"(Exit status: 0 fits (or no budget), 1 a runtime error or a plan over the budget (a refusal),
 2 bad arguments.
 )";
 
-int usage_error(const std::string& msg) { return cli::usage_error("edgellm-plan", msg); }
+int usage_error(const std::string& msg) { return cli::usage_error(kProg, msg); }
 
 struct Measured {
   std::uint64_t baseline_rss = 0, peak_rss = 0, load_peak_rss = 0;
@@ -142,86 +114,68 @@ int main(int argc, char** argv) {
   bool shrink = false, do_measure = false, exact = false, choose = false;
   BudgetFreedom freedom;  // --choose: what the flags left open
   std::optional<MemoryBudget> budget;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = cli::canonical_flag(argv[i]);  // -m is --model, ...
-    const auto value = [&](std::string_view& v) {
-      if (i + 1 >= argc) return false;
-      v = argv[++i];
-      return true;
-    };
-    std::string_view v;
-    const auto num = [&](std::size_t& out, std::size_t lo, std::size_t hi) {
-      if (!value(v)) return usage_error(std::string(arg) + ": missing N");
-      if (!cli::parse_number(v, out) || out < lo || out > hi)
-        return usage_error(fmt::format("{}: '{}' is not a number in [{}, {}]", arg, v, lo, hi));
-      return 0;
-    };
-    int rc = 0;
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return cli::finish_stdout("edgellm-plan", 0);
-    } else if (arg == "--version") {
-      return cli::print_version("edgellm-plan");
-    } else if (arg == "--model" || arg == "--draft" || arg == "--format" || arg == "--meminfo" ||
-               arg == "--packed-cache") {
-      if (!value(v)) return usage_error(std::string(arg) + ": missing a value");
-      (arg == "--model"     ? dir
-       : arg == "--draft"   ? draft
-       : arg == "--format"  ? format
-       : arg == "--meminfo" ? meminfo
-                            : eo.load.packed_cache) = std::string(v);
-    } else if (arg == "--context") {
-      rc = num(so.context_size, 1, std::size_t{1} << 24);
-      freedom.context = false;
-    } else if (arg == "--threads") {
-      rc = num(eo.threads, 1, 1024);
-    } else if (arg == "--max-batch") {
-      rc = num(so.max_batch, 1, 65536);
-    } else if (arg == "--sessions") {
-      rc = num(sessions, 1, 1024);
-    } else if (arg == "-k") {
-      rc = num(k, 1, 32);
-    } else if (arg == "--kv-type" || arg == "--kv") {
-      if (!value(v)) return usage_error(std::string(arg) + ": missing int8|f16|f32");
-      auto t = cache::parse_kv_type(v);
-      if (!t) return usage_error(std::string(arg) + ": " + t.error().message);
-      so.kv_type = *t;
-      freedom.kv_type = false;
-    } else if (arg == "--lm-head") {
-      if (!value(v)) return usage_error("--lm-head: expected f16, int8 or int4");
-      const auto f = model::parse_lm_head_format(v);
-      if (!f) return usage_error("--lm-head: '" + std::string(v) + "' is not f16, int8 or int4");
-      eo.load.lm_head = *f;
-      eo.lm_head_fallback = false;
-      freedom.lm_head = false;
-    } else if (arg == "--budget") {
-      if (!value(v)) return usage_error("--budget: missing BYTES or NN%");
-      auto b = parse_budget(v);
-      if (!b) return usage_error(b.error().message);
-      budget = *b;
-    } else if (arg == "--packed-cache-copy") {
-      eo.load.packed_cache_copy = true;
-    } else if (arg == "--no-release-source-pages") {
-      eo.load.release_source_pages = false;
-    } else if (arg == "--exact") {
-      exact = true;
-    } else if (arg == "--fp32-reference") {
-      eo.load.fp32_reference = true;
-    } else if (arg == "--no-tokenizer") {
-      eo.load_tokenizer = false;
-    } else if (arg == "--shrink-context-to-fit") {
-      shrink = true;
-    } else if (arg == "--choose") {
-      choose = true;
-    } else if (arg == "--measure") {
-      do_measure = true;
-    } else {
-      return usage_error(fmt::format("unknown argument '{}'", argv[i]));
-    }
-    if (rc != 0) return rc;
-  }
+  using cli::flag;
+  const std::vector<flag> flags{
+      flag::string({"-m", "--model"}, "DIR", "checkpoint directory (required)", dir),
+      flag::number<std::size_t>({"-c", "--context", "--ctx-size"}, "N", "tokens per session",
+                                so.context_size, 1, std::size_t{1} << 24)
+          .shows_default("min(model maximum, 4096)")
+          .on_set([&] { freedom.context = false; }),
+      tools::kv_type_flag({"--kv-type", "--kv"}, "int8, f16 or f32", so.kv_type).on_set([&] {
+        freedom.kv_type = false;
+      }),
+      flag::number<std::size_t>({"-t", "--threads"}, "N",
+                                "threads of the pool; attention scratch is per thread", eo.threads,
+                                1, 1024),
+      flag::number<std::size_t>({"--max-batch"}, "N", "most tokens per forward chunk", so.max_batch,
+                                1, 65536),
+      flag::number<std::size_t>({"--sessions"}, "N", "sessions over the one loaded model", sessions,
+                                1, 1024),
+      tools::lm_head_flag(
+          "f16 (as stored), int8 or int4 (quantised at load), as edgellm-generate;\n"
+          "int8 falls back to f16 when no group size divides hidden_size unless\n"
+          "given; as_stored and q4 are accepted aliases",
+          eo.load.lm_head)
+          .on_set([&] {
+            eo.lm_head_fallback = false;
+            freedom.lm_head = false;
+          }),
+      flag::string({"--packed-cache"}, "auto|FILE",
+                   "int4 weights from a packed-weight cache (planned as valid if the\n"
+                   "file exists)",
+                   eo.load.packed_cache),
+      flag::boolean({"--packed-cache-copy"}, "copy them into owned memory instead of mapping them",
+                    eo.load.packed_cache_copy),
+      flag::boolean({"--no-release-source-pages"},
+                    "keep converted tensors' source pages mapped (LoadOptions)",
+                    eo.load.release_source_pages, false),
+      flag::boolean({"--exact"}, "the exact int4 path (no quantised-activation workspace)", exact),
+      flag::boolean({"--fp32-reference"}, "dense fp32 weights", eo.load.fp32_reference),
+      flag::boolean({"--no-tokenizer"}, "weights only (as edgellm-bench loads them)",
+                    eo.load_tokenizer, false),
+      flag::string({"--draft"}, "DIR", "a draft model for speculative decoding", draft),
+      flag::number<std::size_t>({"-k"}, "N", "tokens drafted per step with --draft", k, 1, 32),
+      flag::parsed({"--budget"}, "B", "BYTES, NN[KMG]iB, or NN% of MemAvailable (/proc/meminfo)",
+                   budget, parse_budget),
+      flag::boolean({"--shrink-context-to-fit"},
+                    "with --budget: the largest context that fits instead of a refusal", shrink),
+      flag::boolean({"--choose"},
+                    "with --budget: choose what the flags leave open so that it fits: the\n"
+                    "lm_head (int8, f16, int4), then the KV type (f16, int8), then the\n"
+                    "context (the longest that fits, at least 256); says what and why",
+                    choose),
+      flag::string({"--meminfo"}, "FILE", "read the available memory from FILE", meminfo),
+      flag::boolean({"--measure"},
+                    "then load, create the sessions, fill every context and add the\n"
+                    "measured bytes (VmRSS before loading, VmHWM after) to the output",
+                    do_measure),
+      flag::choice({"--format"}, "one JSON object or one line of text", format,
+                   {{"json", "json"}, {"text", "text"}}),
+  };
+  if (const auto rc =
+          tools::parse_command_line(kProg, argc, argv, {kHead, {{"", &flags}}, kTail, 25}))
+    return *rc;  // --help, --version or a usage error
   if (dir.empty()) return usage_error("no model: pass --model DIR");
-  if (format != "json" && format != "text") return usage_error("--format: expected json or text");
   if (shrink && !budget) return usage_error("--shrink-context-to-fit needs --budget");
   if (choose && !budget) return usage_error("--choose needs --budget");
   if (choose && shrink) return usage_error("--choose shrinks the context itself; drop --shrink-context-to-fit");

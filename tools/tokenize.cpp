@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-tokenize: encode text to token ids, or decode ids to text, with a tokenizer.json; or
 // show the prompt a checkpoint's chat template makes of a conversation.
-#include "../cli/common.hpp"
+#include "flags.hpp"
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/model/chat_template.hpp"
@@ -20,34 +20,21 @@
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kProg = "edgellm-tokenize";
+
+constexpr const char* kHead =
     R"(usage: edgellm-tokenize --tokenizer PATH (--text STR | --corpus FILE | --decode IDS) [options]
        edgellm-tokenize --tokenizer DIR --chat MESSAGES.json [--add-generation-prompt]
 
 Encodes text with a Hugging Face tokenizer.json (BPE: Qwen2, Llama-2/3, GPT-2 style) and prints
 the token ids as JSON, or decodes ids back to text.
 
-  -m, --tokenizer PATH  a tokenizer.json file, or a directory that contains one (--model)
-  -p, --text STR     encode STR; prints a JSON list of ids (--prompt)
-  -f, --file FILE    encode the text of FILE (`-` = stdin); prints a JSON list of ids
-  --corpus FILE      encode every string of FILE, a JSON list of strings; prints a JSON list
-                     of lists, one line per string
-  --decode IDS       decode IDS, ids separated by commas and/or spaces ("1,2,3", "[1, 2, 3]");
-                     prints the text
-  --chat FILE        render FILE, a JSON list of messages [{"role": ..., "content": ...}, ...],
-                     with the chat_template of DIR/tokenizer_config.json (ChatML, with a
-                     warning, when there is none); prints the prompt as one JSON string
-  --add-generation-prompt
-                     --chat: end with the header of the assistant's turn
-  --no-special       encoding: add no BOS/EOS template tokens and treat special-token text
-                     such as <|im_start|> as plain text; decoding: drop special tokens
-  -h, --help         show this help
-  --version          version, git commit, build flags and the int4 microkernel used here
-
-Exit status: 0 on success, 1 when loading, encoding or decoding fails, 2 on a usage error.
 )";
 
-int usage_error(std::string_view why) { return edgellm::cli::usage_error("edgellm-tokenize", why); }
+constexpr const char* kTail =
+    "Exit status: 0 on success, 1 when loading, encoding or decoding fails, 2 on a usage error.\n";
+
+int usage_error(std::string_view why) { return edgellm::cli::usage_error(kProg, why); }
 
 std::string ids_json(const std::vector<std::int32_t>& ids) {
   std::string out = "[";
@@ -74,13 +61,13 @@ std::optional<std::vector<std::int32_t>> parse_ids(std::string_view s, std::stri
     std::int32_t v = 0;
     const auto r = std::from_chars(s.data() + i, s.data() + s.size(), v);
     if (r.ec != std::errc() || r.ptr == s.data() + i) {
-      why = fmt::format("--decode: expected a token id at \"{}\"", s.substr(i, 20));
+      why = fmt::format("expected a token id at \"{}\"", s.substr(i, 20));
       return std::nullopt;
     }
     ids.push_back(v);
     i = static_cast<std::size_t>(r.ptr - s.data());
     if (i < s.size() && s[i] != ' ' && s[i] != ',' && s[i] != '\t' && s[i] != '\n' && s[i] != ']') {
-      why = fmt::format("--decode: unexpected character '{}' after id {}", s[i], v);
+      why = fmt::format("unexpected character '{}' after id {}", s[i], v);
       return std::nullopt;
     }
     skip();
@@ -129,83 +116,93 @@ int render_chat(const std::string& tokenizer_path, const std::string& messages_p
   return 0;
 }
 
-int run(int argc, char** argv) {
-  std::optional<std::string> tokenizer_path, text, corpus_path, decode_ids, text_file, chat_path;
+struct Args {
+  std::optional<std::string> tokenizer_path, text, corpus_path, text_file, chat_path;
+  std::optional<std::vector<std::int32_t>> decode_ids;
   bool no_special = false, add_generation_prompt = false;
-  for (int i = 1; i < argc; ++i) {
-    // -m / --model is --tokenizer, -p / --prompt is --text (the llama.cpp spellings).
-    const std::string_view arg = edgellm::cli::canonical_flag(
-        argv[i], {{"--model", "--tokenizer"}, {"--prompt", "--text"}});
-    const auto value = [&](std::optional<std::string>& slot) -> bool {
-      if (i + 1 >= argc) return false;
-      slot = argv[++i];
-      return true;
-    };
-    if (arg == "-h" || arg == "--help") {
-      write_stdout(kUsage);
-      return 0;
-    } else if (arg == "--version") {
-      write_stdout(edgellm::cli::version_text("edgellm-tokenize"));
-      return 0;
-    } else if (arg == "--file") {
-      if (!value(text_file)) return usage_error("--file needs a file (`-` = stdin)");
-    } else if (arg == "--no-special") {
-      no_special = true;
-    } else if (arg == "--tokenizer") {
-      if (!value(tokenizer_path)) return usage_error("--tokenizer needs a path");
-    } else if (arg == "--text") {
-      if (!value(text)) return usage_error("--text needs a string");
-    } else if (arg == "--corpus") {
-      if (!value(corpus_path)) return usage_error("--corpus needs a file");
-    } else if (arg == "--decode") {
-      if (!value(decode_ids)) return usage_error("--decode needs a list of ids");
-    } else if (arg == "--chat") {
-      if (!value(chat_path)) return usage_error("--chat needs a file of messages");
-    } else if (arg == "--add-generation-prompt") {
-      add_generation_prompt = true;
-    } else {
-      return usage_error(fmt::format("unknown argument '{}'", argv[i]));
-    }
-  }
-  if (!tokenizer_path) return usage_error("--tokenizer is required");
-  const int modes = static_cast<int>(text.has_value()) + static_cast<int>(corpus_path.has_value()) +
-                    static_cast<int>(decode_ids.has_value()) + static_cast<int>(text_file.has_value()) +
-                    static_cast<int>(chat_path.has_value());
-  if (modes != 1) return usage_error("give exactly one of --text, --file, --corpus, --decode and --chat");
-  if (add_generation_prompt && !chat_path) return usage_error("--add-generation-prompt needs --chat");
-  if (chat_path) return render_chat(*tokenizer_path, *chat_path, add_generation_prompt);
-  if (text_file) {
-    auto read = edgellm::cli::read_prompt_file(*text_file);
+};
+
+// Parses argv into `a`: nullopt to go on, else the exit status (--help, --version, a usage error).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
+  using edgellm::cli::flag;
+  const std::vector<flag> flags{
+      flag::string({"-m", "--tokenizer", "--model"}, "PATH",
+                   "a tokenizer.json file, or a directory that contains one", a.tokenizer_path),
+      flag::string({"-p", "--text", "--prompt"}, "STR", "encode STR; prints a JSON list of ids",
+                   a.text),
+      flag::string({"-f", "--file"}, "FILE",
+                   "encode the text of FILE (`-` = stdin); prints a JSON list of ids", a.text_file),
+      flag::string({"--corpus"}, "FILE",
+                   "encode every string of FILE, a JSON list of strings; prints a JSON list\n"
+                   "of lists, one line per string",
+                   a.corpus_path),
+      flag::custom({"--decode"}, "IDS",
+                   "decode IDS, ids separated by commas and/or spaces (\"1,2,3\", \"[1, 2, 3]\");\n"
+                   "prints the text",
+                   [&a](std::string_view v) {
+                     std::string why;
+                     a.decode_ids = parse_ids(v, why);
+                     return why;
+                   }),
+      flag::string(
+          {"--chat"}, "FILE",
+          "render FILE, a JSON list of messages [{\"role\": ..., \"content\": ...}, ...],\n"
+          "with the chat_template of DIR/tokenizer_config.json (ChatML, with a\n"
+          "warning, when there is none); prints the prompt as one JSON string",
+          a.chat_path),
+      flag::boolean({"--add-generation-prompt"},
+                    "--chat: end with the header of the assistant's turn", a.add_generation_prompt),
+      flag::boolean({"--no-special"},
+                    "encoding: add no BOS/EOS template tokens and treat special-token text\n"
+                    "such as <|im_start|> as plain text; decoding: drop special tokens",
+                    a.no_special),
+  };
+  if (const auto rc =
+          edgellm::tools::parse_command_line(kProg, argc, argv, {kHead, {{"", &flags}}, kTail, 20}))
+    return rc;  // --help, --version or a usage error
+  if (!a.tokenizer_path) return usage_error("--tokenizer is required");
+  const int modes =
+      static_cast<int>(a.text.has_value()) + static_cast<int>(a.corpus_path.has_value()) +
+      static_cast<int>(a.decode_ids.has_value()) + static_cast<int>(a.text_file.has_value()) +
+      static_cast<int>(a.chat_path.has_value());
+  if (modes != 1)
+    return usage_error("give exactly one of --text, --file, --corpus, --decode and --chat");
+  if (a.add_generation_prompt && !a.chat_path)
+    return usage_error("--add-generation-prompt needs --chat");
+  return std::nullopt;
+}
+
+int run(Args& a) {
+  if (a.chat_path) return render_chat(*a.tokenizer_path, *a.chat_path, a.add_generation_prompt);
+  if (a.text_file) {
+    auto read = edgellm::cli::read_prompt_file(*a.text_file);
     if (!read) {
       fmt::print(stderr, "edgellm-tokenize: --file: {}\n", read.error().message);
       return 1;
     }
-    text = std::move(*read);
+    a.text = std::move(*read);
   }
 
-  auto tokenizer = edgellm::model::Tokenizer::load(*tokenizer_path);
+  auto tokenizer = edgellm::model::Tokenizer::load(*a.tokenizer_path);
   if (!tokenizer) {
     fmt::print(stderr, "edgellm-tokenize: {}\n", tokenizer.error().message);
     return 1;
   }
-  const edgellm::model::EncodeOptions options{!no_special, !no_special};
+  const edgellm::model::EncodeOptions options{!a.no_special, !a.no_special};
 
-  if (decode_ids) {
-    std::string why;
-    const auto ids = parse_ids(*decode_ids, why);
-    if (!ids) return usage_error(why);
-    for (const std::int32_t id : *ids) {
+  if (a.decode_ids) {
+    for (const std::int32_t id : *a.decode_ids) {
       if (!tokenizer->id_to_token(id)) {
         fmt::print(stderr, "edgellm-tokenize: warning: id {} is not in the vocabulary (skipped)\n",
                    id);
       }
     }
-    write_stdout(tokenizer->decode(*ids, no_special) + "\n");
+    write_stdout(tokenizer->decode(*a.decode_ids, a.no_special) + "\n");
     return 0;
   }
 
-  if (text) {
-    auto ids = tokenizer->encode(*text, options);
+  if (a.text) {
+    auto ids = tokenizer->encode(*a.text, options);
     if (!ids) {
       fmt::print(stderr, "edgellm-tokenize: {}\n", ids.error().message);
       return 1;
@@ -214,12 +211,12 @@ int run(int argc, char** argv) {
     return 0;
   }
 
-  auto corpus_text = edgellm::io::read_text_file(*corpus_path);
+  auto corpus_text = edgellm::io::read_text_file(*a.corpus_path);
   if (!corpus_text) {
     fmt::print(stderr, "edgellm-tokenize: {}\n", corpus_text.error().message);
     return 1;
   }
-  auto corpus = edgellm::io::json::parse(*corpus_text, *corpus_path);
+  auto corpus = edgellm::io::json::parse(*corpus_text, *a.corpus_path);
   if (!corpus) {
     fmt::print(stderr, "edgellm-tokenize: {}\n", corpus.error().message);
     return 1;
@@ -227,20 +224,20 @@ int run(int argc, char** argv) {
   const edgellm::io::json::Array* list = corpus->get_array();
   if (list == nullptr) {
     fmt::print(stderr, "edgellm-tokenize: {}: expected a JSON list of strings, got {}\n",
-               *corpus_path, edgellm::io::json::describe(*corpus));
+               *a.corpus_path, edgellm::io::json::describe(*corpus));
     return 1;
   }
   std::string out = "[\n";
   for (std::size_t i = 0; i < list->size(); ++i) {
     const std::string* s = (*list)[i].get_string();
     if (s == nullptr) {
-      fmt::print(stderr, "edgellm-tokenize: {}: element {} is {}, not a string\n", *corpus_path, i,
-                 edgellm::io::json::describe((*list)[i]));
+      fmt::print(stderr, "edgellm-tokenize: {}: element {} is {}, not a string\n", *a.corpus_path,
+                 i, edgellm::io::json::describe((*list)[i]));
       return 1;
     }
     auto ids = tokenizer->encode(*s, options);
     if (!ids) {
-      fmt::print(stderr, "edgellm-tokenize: {}: element {}: {}\n", *corpus_path, i,
+      fmt::print(stderr, "edgellm-tokenize: {}: element {}: {}\n", *a.corpus_path, i,
                  ids.error().message);
       return 1;
     }
@@ -255,6 +252,8 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  Args a;
+  if (const auto rc = parse_args(argc, argv, a)) return *rc;
   // Output lost on the way to stdout (closed, a full disk) is a failure, not a success.
-  return edgellm::cli::finish_stdout("edgellm-tokenize", run(argc, argv));
+  return edgellm::cli::finish_stdout(kProg, run(a));
 }

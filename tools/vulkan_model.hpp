@@ -2,8 +2,8 @@
 // The CLI's `--backend vulkan`: a model::Transformer whose ops and KV cache live on a Vulkan
 // device (backend/vulkan/backend.hpp), together with the device it runs on, or a Session on
 // one (session/vulkan.hpp). Only in builds with
-// the Vulkan backend (EDGELLM_TOOLS_VULKAN); the others say how to get one. --vk-gemv parses
-// in every build (gemv_choice.hpp needs no Vulkan header).
+// the Vulkan backend (EDGELLM_TOOLS_VULKAN); the others say how to get one. --backend and
+// --vk-gemv parse in every build (gemv_choice.hpp needs no Vulkan header).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@
 #include <string_view>
 #include <utility>
 
+#include "../cli/flags.hpp"
 #include "edgellm/backend/vulkan/gemv_choice.hpp"
 #include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/model/transformer.hpp"
@@ -29,23 +30,21 @@ namespace edgellm::tools {
 /// What --backend names.
 enum class BackendKind { cpu, vulkan };
 
-/// Parses --backend's value: cpu | vulkan.
-inline std::optional<BackendKind> parse_backend(std::string_view s) {
-  if (s == "cpu") return BackendKind::cpu;
-  if (s == "vulkan") return BackendKind::vulkan;
-  return std::nullopt;
+/// --backend cpu|vulkan.
+inline cli::flag backend_flag(std::string help, BackendKind& target) {
+  return cli::flag::choice({"--backend"}, std::move(help), target,
+                           {{"cpu", BackendKind::cpu}, {"vulkan", BackendKind::vulkan}});
 }
 
-/// --vk-gemv's values, as the tools' help and errors list them.
-inline constexpr const char* kVkGemvValues = "auto, fp32, int8 or int8-dot";
-
-/// Parses --vk-gemv's value (backend::vk::GemvChoice): the error text when it names none of
-/// kVkGemvValues, naming the flag, else "" with `out` set.
-inline std::string parse_vk_gemv(std::string_view s, backend::vk::GemvChoice& out) {
-  const auto c = backend::vk::parse_gemv_choice(s);
-  if (!c) return "--vk-gemv: '" + std::string(s) + "' is not " + kVkGemvValues;
-  out = *c;
-  return {};
+/// --vk-gemv G: auto, fp32, int8 or int8-dot (backend::vk::parse_gemv_choice); empty until
+/// given.
+inline cli::flag vk_gemv_flag(std::string help, std::optional<backend::vk::GemvChoice>& target) {
+  return cli::flag::custom({"--vk-gemv"}, "G", std::move(help), [&target](std::string_view v) {
+    const auto c = backend::vk::parse_gemv_choice(v);
+    if (!c) return "'" + std::string(v) + "' is not auto, fp32, int8 or int8-dot";
+    target = *c;
+    return std::string();
+  });
 }
 
 /// Why --backend vulkan cannot run in this build, or "" when it can.

@@ -51,11 +51,11 @@ for t in "${tools[@]}"; do
   expect "$t --help" 0 "usage: edgellm-$t" -- "$exe" --help
   expect "$t -h" 0 "usage: edgellm-$t" -- "$exe" -h
   expect "$t unknown flag" 2 "unknown argument '--frobnicate'" -- "$exe" --frobnicate
-  expect "$t missing value" 2 "--(model|tokenizer)" -- "$exe" -m
+  expect "$t missing value" 2 "^edgellm-$t: -m needs a value (DIR|PATH)" -- "$exe" -m
   if [ "$t" = tokenize ]; then
     expect "$t bad number" 2 "--decode" -- "$exe" -m "$model" --decode 1,x
   else
-    expect "$t bad number" 2 "--threads: 'many'" -- "$exe" -m "$model" -t many
+    expect "$t bad number" 2 "-t: 'many' is not an integer in \[1, [0-9]+\]" -- "$exe" -m "$model" -t many
   fi
 done
 for b in ${benches[@]+"${benches[@]}"}; do
@@ -84,7 +84,7 @@ want=$(timeout 60 "$gen" -m "$model" -p "And God said" -n 6 -s 3 -t 1 2>/dev/nul
 if [ -n "$out" ] && [ "$out" = "$want" ]; then ok "generate -f - reads stdin"; else fail "generate -f - reads stdin" "$out"; fi
 expect "generate -f of a missing file" 1 "--file: .*'$tmp/nope.txt'" -- "$gen" -m "$model" -f "$tmp/nope.txt"
 expect "generate -f of a directory" 1 "--file: .*'$tmp'" -- "$gen" -m "$model" -f "$tmp"
-expect "generate -n 0" 2 "must be > 0" -- "$gen" -m "$model" -n 0
+expect "generate -n 0" 2 "-n: '0' is not an integer in \[1, [0-9]+\] \(or -1\)" -- "$gen" -m "$model" -n 0
 # generation_config.json's defaults: do_sample false is greedy, a flag wins, a bad value names
 # the file and the key.
 cp -r "$model" "$tmp/gc"

@@ -19,7 +19,7 @@ expect "help lists --lm-head" 0 "--lm-head F .*f16" -- "$bin" --help
 expect "--lm-head int4, greedy" 0 "generated" -- "$bin" --model "$model" --greedy -n 4 --lm-head int4
 expect "--lm-head int3" 2 "--lm-head: 'int3' is not f16, int8 or int4" -- "$bin" --model "$model" --lm-head int3
 expect "missing model dir" 1 "not a directory" -- "$bin" --model "$tmp/nope"
-expect "-n 0" nz "must be > 0" -- "$bin" --model "$model" -n 0
+expect "-n 0" nz "-n: '0' is not an integer in \[1, [0-9]+\] \(or -1\)" -- "$bin" --model "$model" -n 0
 expect "empty prompt" 1 "empty" -- "$bin" --model "$model" --prompt ""
 expect "invalid UTF-8 prompt" 1 "UTF-8" -- "$bin" --model "$model" --prompt $'bad \xff byte'
 expect "token id out of range" 1 "outside|out of range|vocab" -- "$bin" --model "$model" --prompt-ids 1,2,999999
@@ -128,7 +128,7 @@ fi
 expect "-n -1 runs until the context is full" 0 "stop: context full" -- \
   "$bin" --model "$model" -n -1 -c 48 --ignore-eos
 expect "--max-tokens -1" 0 "stop: context full" -- "$bin" --model "$model" --max-tokens -1 -c 48 --ignore-eos
-expect "-n -2" 2 "--max-tokens: '-2' is not a number" -- "$bin" --model "$model" -n -2
+expect "-n -2" 2 "-n: '-2' is not an integer in \[1, [0-9]+\] \(or -1\)" -- "$bin" --model "$model" -n -2
 expect "-s -1 prints the seed" 0 "^seed: [0-9]+$" -- "$bin" --model "$model" -n 2 -s -1
 seed_line=$("$bin" --model "$model" -n 2 -s -1 --quiet 2>&1 >/dev/null)
 if [ -z "$seed_line" ]; then ok "-s -1 --quiet: no seed line"; else fail "-s -1 --quiet" "$seed_line"; fi
@@ -203,7 +203,7 @@ for d in "--draft $model" "--draft lookup" "--draft $model --adaptive" "--draft 
   fi
 done
 expect "draft with another vocabulary" 1 "vocab" -- "$bin" --model "$target" --draft "$src/tests/data/model/llama-fp16" -n 4
-expect "-k 0" 2 "not a number in" -- "$bin" --model "$target" --draft lookup -k 0
+expect "-k 0" 2 "-k: '0' is not an integer in \[1, 32\]" -- "$bin" --model "$target" --draft lookup -k 0
 
 # Bad inputs (docs/bad_inputs.md): each refused at once with a message naming the path or flag.
 mkfifo "$tmp/fifo"
@@ -215,10 +215,10 @@ for t in nan inf -1 -inf; do
   expect "--temperature $t" 2 "not a number" -- "$bin" --model "$model" --temperature "$t"
 done
 expect "--top-p nan" 2 "not a number" -- "$bin" --model "$model" --top-p nan
-expect "--threads 100000" 2 "--threads: 100000 is not in" -- "$bin" --model "$model" --threads 100000
-expect "--threads 0" 2 "not a number in" -- "$bin" --model "$model" --threads 0
+expect "--threads 100000" 2 "--threads: '100000' is not an integer in \[1, [0-9]+\] \(at most 4 x the" -- "$bin" --model "$model" --threads 100000
+expect "--threads 0" 2 "--threads: '0' is not an integer in \[1, " -- "$bin" --model "$model" --threads 0
 hw=$(nproc)
-expect "--threads beyond the hardware warns" 0 "warning: --threads $((hw + 1)) is more than" -- "$bin" --model "$model" -n 2 --threads $((hw + 1))
+expect "--threads beyond the hardware warns" 0 "edgellm-generate: warning: $((hw + 1)) threads is more than" -- "$bin" --model "$model" -n 2 --threads $((hw + 1))
 expect "--context above max_position_embeddings" 2 "above the model's max_position_embeddings 2048" -- "$bin" --model "$model" --context 4096
 expect "--context above it with --force-context" 0 "generated" -- "$bin" --model "$model" --context 4096 --force-context -n 2
 expect "--force without --packed-cache FILE" 2 "--force: only with --packed-cache FILE" -- "$bin" --model "$model" --force
@@ -287,7 +287,7 @@ expect "--memory-budget: the context shrinks to fit" 0 "memory budget: to fit th
 expect "--memory-budget: fits as asked" 0 "memory budget: fits as asked" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1GiB
 expect "--memory-budget: nothing fits" 1 "--memory-budget: .*nothing fits the budget of 1.0 MiB" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1MiB
 expect "--memory-budget: bad size" 2 "--memory-budget: " -- "$bin" --model "$model" --memory-budget lots
-expect "-m ''" 2 "--model: empty DIR" -- "$bin" -m "" -n 2
+expect "-m ''" 2 "-m: empty DIR" -- "$bin" -m "" -n 2
 expect "--prompt-ids with -p" 2 "--prompt and --prompt-ids both give the prompt" -- "$bin" --model "$model" -p "And God" --prompt-ids 1,2
 expect "-p with -f" 2 "--prompt and --file both give the prompt" -- "$bin" --model "$model" -p "And God" -f -
 expect "-p with -i" 2 "--prompt and --chat .* both give the prompt" -- "$bin" --model "$model" -p "And God" -i

@@ -125,11 +125,11 @@ else
 fi
 expect "help" 0 "" -- "$bin" --help
 expect "no --text" 2 "--text FILE is required" -- "$bin" -m "$target"
-expect "--ctx 1" 2 "--ctx: 1 is less than 2" -- "$bin" -m "$target" --text "$text" --ctx 1
+expect "--ctx 1" 2 "--ctx: '1' is not an integer >= 2" -- "$bin" -m "$target" --text "$text" --ctx 1
 expect "--stride 0" 2 "--stride: 0 is not in \[1, --ctx 512\]" -- "$bin" -m "$target" --text "$text" --stride 0
 expect "--stride above --ctx" 2 "--stride: 65 is not in \[1, --ctx 64\]" -- "$bin" -m "$target" --text "$text" -c 64 --stride 65
-expect "--format xml" 2 "--format: 'xml' is not text or json" -- "$bin" -m "$target" --text "$text" --format xml
-expect "--max-tokens abc" 2 "--max-tokens: 'abc' is not" -- "$bin" -m "$target" --text "$text" -n abc
+expect "--format xml" 2 "--format: 'xml' is not one of 'text', 'json'" -- "$bin" -m "$target" --text "$text" --format xml
+expect "-n abc" 2 "-n: 'abc' is not an integer >= 1" -- "$bin" -m "$target" --text "$text" -n abc
 expect "missing text file" 1 "--text: .*no-such.txt': cannot open" -- "$bin" -m "$target" --text "$tmp/no-such.txt"
 : >"$tmp/empty.txt"
 expect "empty text file" 1 "--text: '.*empty.txt' is empty" -- "$bin" -m "$target" --text "$tmp/empty.txt"

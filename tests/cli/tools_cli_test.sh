@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 EXPECT_STREAM=stderr  # the tools' messages; stdout is their data
 
 
-expect "logits --threads 100000" 2 "--threads: 100000 is not in" -- "$logits" --model "$model" --ids 1,2 --out - --threads 100000
+expect "logits --threads 100000" 2 "--threads: '100000' is not an integer in \[1, " -- "$logits" --model "$model" --ids 1,2 --out - --threads 100000
 expect "logits --allow-extra-tensors is a flag" 0 "" -- "$logits" --model "$model" --ids 1,2 --out - --allow-extra-tensors
 # Progress only for a stage that runs over a second: this load takes a fraction of one.
 err=$("$logits" --model "$model" --ids 1,2 --out - 2>&1 >/dev/null)

@@ -95,6 +95,6 @@ expect "vulkan: a bf16 lm_head is refused with a way out" 1 "BF16.*--lm-head int
 expect "vulkan: --lm-head int4 runs the bf16 checkpoint" 0 "^$" -- "$logits" --model "$src/tests/data/model/llama-bf16" --ids 1,2 --out - --backend vulkan --lm-head int4 --quiet
 expect "vulkan: --lm-head int8 has no shader" 1 "int8.*--lm-head f16" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1,2 --out - --backend vulkan --lm-head int8 --quiet
 expect "vulkan: a device index past the last" 1 "device.*--backend cpu" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1,2 --out - --backend vulkan --device 99 --quiet
-expect "vulkan: --backend gpu" 2 "--backend: 'gpu' is not cpu or vulkan" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1 --out - --backend gpu
+expect "vulkan: --backend gpu" 2 "--backend: 'gpu' is not one of 'cpu', 'vulkan'" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1 --out - --backend gpu
 expect "vulkan: --fp32-reference is CPU only" 2 "CPU only" -- "$logits" --model "$src/models/kjv-draft-awq" --ids 1 --out - --backend vulkan --fp32-reference
 finish
