@@ -15,8 +15,7 @@
 //
 // HTTP is cpp-httplib's (one thread per connection from a pool of --http-threads); JSON is the
 // project's reader (io/json.hpp) and writer (io/json_write.hpp).
-#include "../cli/common.hpp"
-#include "../cli/flags.hpp"
+#include "flags.hpp"
 #include "server/api_error.hpp"
 #include "server/connection.hpp"
 #include "server/slots.hpp"
@@ -67,10 +66,10 @@ struct ServerOptions {
   int port = 8080;
   std::size_t parallel = 1;
   std::size_t queue = 16;
-  std::vector<int> threads{static_cast<int>(std::max<std::size_t>(1, detail::hardware_threads()))};
+  std::size_t threads = std::max<std::size_t>(1, detail::hardware_threads());
   std::size_t context = 0;
-  std::string kv_type = "int8";
-  std::string lm_head = "int8";
+  cache::KvType kv_type = cache::KvType::int8;
+  model::LmHeadFormat lm_head = model::LmHeadFormat::int8;  // the CLIs' default
   std::string api_key;
   std::size_t max_body = std::size_t{4} << 20;
   std::size_t max_messages = 1024;
@@ -446,7 +445,7 @@ class Server {
     auto t = constrain::TokenTrie::build(*engine_->tokenizer(), engine_->config().vocab_size);
     if (!t) return t.error();
     trie_ = std::move(*t);
-    masks_ = std::make_shared<constrain::JsonMaskCache>(trie_, 4096);  // a few MB at 150k tokens
+    masks_ = std::make_shared<constrain::JsonMaskCache>(trie_, 512);  // 19 KB each at 150k tokens
     return {};
   }
   void set_fingerprint(std::string f) { fingerprint_ = std::move(f); }
@@ -614,34 +613,29 @@ bool authorized(const httplib::Request& req, const std::string& key) {
   return diff == 0;
 }
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "%s: %s\n%s: run '%s --help' for the flags\n", kProg, message.c_str(),
-               kProg, kProg);
-  return cli::kUsageExit;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   ServerOptions o;
-  bool help = false, version = false;
-  std::vector<cli::flag> flags{
+  const std::vector<cli::flag> flags{
       cli::flag::string({"-m", "--model"}, "DIR", "checkpoint directory (required)", o.model),
-      cli::flag::string({"--alias"}, "NAME", "model id in /v1/models and replies\n"
-                        "(default: the directory's name)", o.alias),
-      cli::flag::string({"--host"}, "ADDR", "address to listen on; another than loopback\n"
-                        "exposes the model to the network (use --api-key)", o.host),
+      cli::flag::string({"--alias"}, "NAME", "model id in /v1/models and replies", o.alias)
+          .shows_default("the directory's name"),
+      cli::flag::string({"--host"}, "ADDR", "address to listen on (another than loopback\n"
+                        "exposes the model: use --api-key)", o.host),
       cli::flag::number({"--port"}, "N", "TCP port; 0 takes a free one (printed)", o.port, 0, 65535),
       cli::flag::number({"-np", "--parallel"}, "N", "slots: requests generating at once", o.parallel,
                         std::size_t{1}, std::size_t{64}),
       cli::flag::number({"--queue"}, "N", "requests that may wait for a slot; more get 503",
                         o.queue, std::size_t{0}, std::size_t{4096}),
-      cli::flag::threads({"-t", "--threads"}, "threads in all, shared out among the slots", o.threads),
+      tools::threads_flag(o.threads, kProg, "threads, shared out among the slots (at least\n"
+                          "one each)"),
       cli::flag::number({"-c", "--ctx-size", "--context"}, "N",
-                        "tokens each slot holds; 0: the model's maximum, at most 4096", o.context,
+                        "tokens per slot; 0: the model's maximum, at most\n4096", o.context,
                         std::size_t{0}, std::size_t{1} << 20),
-      cli::flag::string({"--kv-type"}, "int8|f16|f32", "KV cache storage", o.kv_type),
-      cli::flag::string({"--lm-head"}, "int8|int4|f16", "lm_head format", o.lm_head),
+      tools::kv_type_flag({"--kv-type"}, "KV cache storage: int8, f16 or f32", o.kv_type),
+      tools::lm_head_flag("lm_head: f16 as stored, int8 or int4 (at load)", o.lm_head),
       cli::flag::string({"--api-key"}, "KEY", "require 'Authorization: Bearer KEY' on /v1/*",
                         o.api_key).shows_default(""),
       cli::flag::number({"--max-body"}, "BYTES", "largest request body", o.max_body,
@@ -657,27 +651,17 @@ int main(int argc, char** argv) {
       cli::flag::number({"--http-threads"}, "N", "connections served at once (idle ones\n"
                         "included)", o.http_threads, std::size_t{4}, std::size_t{4096}),
       cli::flag::boolean({"-q", "--quiet"}, "no line per request on stderr", o.quiet),
-      cli::flag::boolean({"-h", "--help"}, "this help", help),
-      cli::flag::boolean({"--version"}, "version and build", version),
   };
-  const std::string why = cli::parse_flags(argc, argv, {&flags}, [&](const cli::flag&) {
-    return !help && !version;
-  });
-  if (!why.empty()) return usage_error(why);
-  if (help) {
-    std::fputs("usage: edgellm-server -m DIR [--port N] [--parallel N] [flags]\n"
-               "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
-               "GET /v1/models, GET /health, GET /metrics (Prometheus).\n\n",
-               stdout);
-    cli::print_flags(stdout, flags, 28);
-    return cli::finish_stdout(kProg, 0);
-  }
-  if (version) return cli::print_version(kProg);
-  if (o.model.empty()) return usage_error("no model: pass -m DIR");
-  auto kv = cache::parse_kv_type(o.kv_type);
-  if (!kv) return usage_error("--kv-type: " + kv.error().message);
-  const auto lm_head = model::parse_lm_head_format(o.lm_head);
-  if (!lm_head) return usage_error("--lm-head: '" + o.lm_head + "' is not f16, int8 or int4");
+  const tools::Help help{
+      "usage: edgellm-server -m DIR [--port N] [--parallel N] [flags]\n\n"
+      "An OpenAI-compatible HTTP server over one loaded checkpoint: POST /v1/chat/completions,\n"
+      "POST /v1/completions, GET /v1/models, GET /health, GET /metrics (Prometheus text).\n\n",
+      {{"", &flags}},
+      "Exit status: 0 after SIGTERM or SIGINT, 1 when the model cannot be loaded or the address\n"
+      "not bound, 2 on a usage error.\n",
+      28};
+  if (const auto rc = tools::parse_command_line(kProg, argc, argv, help)) return *rc;
+  if (o.model.empty()) return cli::usage_error(kProg, "no model: pass -m DIR");
   if (o.alias.empty()) {
     std::error_code ec;
     o.alias = std::filesystem::weakly_canonical(o.model, ec).filename().string();
@@ -692,10 +676,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  const std::size_t threads = static_cast<std::size_t>(o.threads.front());
-  const std::size_t per_slot = std::max<std::size_t>(1, threads / o.parallel);
+  const std::size_t per_slot = std::max<std::size_t>(1, o.threads / o.parallel);
   EngineOptions eo;
-  eo.load.lm_head = *lm_head;
+  eo.load.lm_head = o.lm_head;
   auto engine = Engine::load(o.model, eo);
   if (!engine) {
     std::fprintf(stderr, "%s: %s\n", kProg, engine.error().message.c_str());
@@ -726,9 +709,9 @@ int main(int argc, char** argv) {
   Server server(o, *engine, std::move(*tmpl), has_template);
   server.set_chat_stop_ids(std::move(stop_ids));
   server.set_fingerprint(fmt::format("edgellm-{}.{}.{}-{}", EDGELLM_VERSION_MAJOR, EDGELLM_VERSION_MINOR,
-                                    EDGELLM_VERSION_PATCH, o.kv_type));
+                                    EDGELLM_VERSION_PATCH, cache::kv_type_name(o.kv_type)));
   SessionOptions so;
-  so.kv_type = *kv;
+  so.kv_type = o.kv_type;
   so.context_size = o.context;
   if (auto st = server.build_token_trie(); !st) {
     std::fprintf(stderr, "%s: %s\n", kProg, st.error().message.c_str());

@@ -121,6 +121,23 @@ def is_error(body, param=None):
         param is None or e.get("param") == param)
 
 
+def test_command_line():
+    r = subprocess.run([SERVER, "--help"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "--parallel" in r.stdout and "/v1/chat/completions" in r.stdout,
+          "--help: exit 0, the flags and the endpoints")
+    for args, needle in [(["--port", "70000", "-m", MODEL], "--port: '70000'"),
+                         (["-m", MODEL, "--kv-type", "int3"], "--kv-type"),
+                         (["--parallel", "0", "-m", MODEL], "--parallel: '0'"),
+                         ([], "no model")]:
+        r = subprocess.run([SERVER, *args], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and needle in r.stderr,
+              f"{' '.join(args) or 'no flags'}: exit 2 naming it "
+              f"({r.stderr.strip().splitlines()[0][:90] if r.stderr.strip() else ''})")
+    r = subprocess.run([SERVER, "-m", os.path.join(ROOT, "no-such-model"), "--port", "0"],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 1 and "no-such-model" in r.stderr, "a missing model: exit 1 naming it")
+
+
 def test_endpoints():
     s = Server("--parallel", "2", "-t", "2", "--api-key", "sekret", "--max-body", "65536",
                "--max-messages", "8")
@@ -211,6 +228,17 @@ def test_endpoints():
             (json.dumps(chat("x", max_tokens=0)).encode(), "max_tokens", 400, "max_tokens 0"),
             (json.dumps(chat("x", temperature=3)).encode(), "temperature", 400, "temperature 3"),
             (json.dumps(chat("x", n=2)).encode(), "n", 400, "n 2"),
+            (json.dumps(chat("x", seed="x")).encode(), "seed", 400, "a seed that is not an integer"),
+            (json.dumps(chat("x", stream="yes")).encode(), "stream", 400, "stream not a boolean"),
+            (json.dumps(chat("x", top_p=0)).encode(), "top_p", 400, "top_p 0"),
+            (json.dumps(chat("x", logprobs=True)).encode(), "logprobs", 400, "logprobs"),
+            (json.dumps(chat("x", frequency_penalty=0.5)).encode(), "frequency_penalty", 400,
+             "a non-zero frequency_penalty"),
+            (json.dumps(chat("x", stream_options=[])).encode(), "stream_options", 400,
+             "stream_options not an object"),
+            (json.dumps({"messages": [{"role": "assistant", "content": None,
+                                       "tool_calls": []}]}).encode(),
+             "messages[0].tool_calls", 400, "a message with tool_calls"),
             (json.dumps(chat("x", stop=5)).encode(), "stop", 400, "stop not a string"),
             (json.dumps(chat("x", response_format={"type": "json_schema"})).encode(),
              "response_format", 400, "json_schema (not yet)"),
@@ -231,8 +259,11 @@ def test_endpoints():
                                  headers=dict(auth, **{"Content-Type": "application/json"}))
             check(st == want and is_error(body, param),
                   f"{what}: {want} naming {param}" + ("" if st == want else f" (got {st} {body!r:.200})"))
-        st, _, body = s.post("/v1/completions", {"prompt": 3}, headers=auth)
-        check(st == 400 and is_error(body, "prompt"), "completions: prompt not a string: 400")
+        for body_in, param in [({"prompt": 3}, "prompt"), ({"prompt": "x", "echo": True}, "echo"),
+                               ({"prompt": "x", "suffix": "y"}, "suffix"),
+                               ({"prompt": "x", "best_of": 2}, "best_of")]:
+            st, _, body = s.post("/v1/completions", body_in, headers=auth)
+            check(st == 400 and is_error(body, param), f"completions: {param} refused: 400")
         st, _, raw = s.request("GET", "/v1/nothing", headers=auth)
         check(st == 404 and is_error(json.loads(raw)), "an unknown route: 404 with an error object")
         st, _, raw = s.request("GET", "/metrics")
@@ -398,6 +429,7 @@ def test_openai_client():
 
 
 if __name__ == "__main__":
+    test_command_line()
     test_endpoints()
     test_queue_and_shutdown()
     test_faults_and_load()
