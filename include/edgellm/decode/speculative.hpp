@@ -273,10 +273,13 @@ class SpeculativeDecoder {
     const std::size_t room = std::min(ctx_t - S, ctx_d + 1 >= S ? ctx_d + 1 - S : 0);
     const std::size_t k = adaptive_ ? control_.next(room) : std::min(options_.k, room);
 
-    // History for the sampler: the tail the penalty looks at, then the drafts as they come.
+    // History for the sampler: the tail the penalty looks at (all of it under a logits
+    // processor, which keys its state on the whole history), then the drafts as they come.
     const SamplingOptions& so = sampler.options();
     std::size_t tail = 0;
-    if (so.repetition_penalty != 1.0f)
+    if (sampler.logits_processor() != nullptr)
+      tail = history.size();
+    else if (so.repetition_penalty != 1.0f)
       tail = so.penalty_last_n == 0 ? history.size() : std::min(history.size(), so.penalty_last_n);
     hist_.assign(history.end() - static_cast<std::ptrdiff_t>(tail), history.end());
 
