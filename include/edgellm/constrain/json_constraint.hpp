@@ -195,7 +195,7 @@ class JsonConstraint final : public decode::LogitsProcessor {
   JsonConstraint(std::shared_ptr<const TokenTrie> trie, std::vector<std::int32_t> stop_ids,
                  std::size_t prompt_tokens, const Options& options)
       : trie_(std::move(trie)), stop_ids_(std::move(stop_ids)), prompt_tokens_(prompt_tokens),
-        options_(options), states_{JsonMatcher(options.json)},
+        states_{JsonMatcher(options.json)},
         cache_(options.shared_cache ? options.shared_cache
                                     : std::make_shared<JsonMaskCache>(trie_, options.max_cached_states)) {}
 
@@ -245,7 +245,6 @@ class JsonConstraint final : public decode::LogitsProcessor {
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<std::int32_t> stop_ids_;
   std::size_t prompt_tokens_;
-  Options options_;
   std::vector<std::int32_t> tokens_;  // generated tokens seen so far
   std::vector<JsonMatcher> states_;   // [tokens_ + 1] the matcher after each
   std::shared_ptr<JsonMaskCache> cache_;
