@@ -6,10 +6,17 @@
 // walked mask, -inf written into a logits row of the vocabulary's width; json_apply_warm: the
 // same with a mask cache other generations filled, as a server's); the scalar twin that feeds
 // every token alone (json_scalar, the oracle, checked equal to the walk; few states --quick).
+// JSON Schemas (the fixtures under tests/data/json_schemas, each emitted as its first valid
+// instance): schema_compile (schema to GBNF to grammar, per schema), schema_apply (per token, a
+// schema's first generation: its masks walked as met), schema_apply_warm (a later generation
+// of the same schema, as a server that keeps compiled schemas).
 #include "harness.hpp"
 
+#include <edgellm/constrain/constraint.hpp>
 #include <edgellm/constrain/json_constraint.hpp>
+#include <edgellm/io/mapped_file.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <cstdlib>
@@ -53,6 +60,28 @@ int main(int argc, char** argv) {
                   root + "/tests/data/tokenizer/real/qwen3/tokenizer.json"};
   }
   const std::size_t scalar_states = opts.quick ? 4 : 64;
+  // (schema text, its first valid instance), in name order; --quick: the first 8.
+  std::vector<std::pair<std::string, std::string>> schemas;
+  {
+    const std::filesystem::path dir = root + "/tests/data/json_schemas";
+    std::vector<std::filesystem::path> files;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string f = e.path().filename().string();
+      if (f.ends_with(".json") && !f.ends_with(".valid.json")) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      if (opts.quick && schemas.size() == 8) break;
+      auto schema = io::read_text_file(f.string());
+      auto valid = io::read_text_file(
+          (f.parent_path() / (f.stem().string() + ".valid.jsonl")).string());
+      if (!schema || !valid) continue;
+      const std::string first = valid->substr(0, valid->find('\n'));
+      if (!first.empty()) schemas.emplace_back(std::move(*schema), first);
+    }
+    if (schemas.empty()) bench::note("[constrain] no schema fixtures under {}", dir.string());
+  }
 
   bench::table out(opts, {"name", "tokenizer", "vocab", "samples", "mean_us", "median_us",
                           "p90_us", "p99_us", "max_us"});
@@ -135,6 +164,42 @@ int main(int argc, char** argv) {
     row("json_apply", name, vocab, apply_us);
     row("json_apply_warm", name, vocab, warm_us);
     row("json_scalar", name, vocab, scalar_us);
+
+    std::vector<double> compile_us, schema_us, schema_warm_us;
+    std::size_t refused = 0;
+    for (const auto& [schema_text, instance] : schemas) {
+      t0 = Clock::now();
+      auto compiled = constrain::Constraint::compile(
+          {.kind = constrain::ConstraintKind::json_schema, .source = schema_text});
+      compile_us.push_back(us_since(t0));
+      if (!compiled) {
+        bench::note("[constrain] a schema fixture does not compile: {}", compiled.error().message);
+        return 1;
+      }
+      auto ids = tok->encode(instance, {.add_special = false});
+      if (!ids) return 1;
+      for (const bool warm : {false, true}) {
+        auto c = (*compiled)->start(*trie, stops, 0, 0);
+        if (!c) return 1;
+        std::vector<double> us;
+        for (std::size_t k = 0; k <= ids->size(); ++k) {
+          std::fill(logits.begin(), logits.end(), 0.0f);
+          t0 = Clock::now();
+          if (!(*c)->apply(logits, std::span<const std::int32_t>(*ids).first(k))) {
+            us.clear();  // the instance's tokens leave the grammar (its spacing): not timed
+            ++refused;
+            break;
+          }
+          us.push_back(us_since(t0));
+        }
+        auto& into = warm ? schema_warm_us : schema_us;
+        into.insert(into.end(), us.begin(), us.end());
+      }
+    }
+    if (refused > 0) bench::note("[constrain] {}: {} schema instance runs refused", name, refused);
+    row("schema_compile", name, vocab, compile_us);
+    row("schema_apply", name, vocab, schema_us);
+    row("schema_apply_warm", name, vocab, schema_warm_us);
   }
   return 0;
 }

@@ -7,8 +7,10 @@
 #include "vulkan_model.hpp"
 #include "edgellm/session.hpp"
 #include "edgellm/model/chat_template.hpp"
+#include "edgellm/constrain/constraint.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/unicode.hpp"
+#include "edgellm/io/mapped_file.hpp"
 #include "edgellm/io/meminfo.hpp"
 #include "edgellm/model/generation_config.hpp"
 #include "edgellm/thread_pool.hpp"
@@ -61,6 +63,10 @@ constexpr const char* kGenerationHeading =
 where it sets temperature, top_k, top_p, min_p, repetition_penalty or do_sample false = greedy;
 a flag wins over both; what was applied is printed on stderr):)";
 
+constexpr const char* kConstraintHeading =
+    R"(output constraint (tokens that would leave the language are never drawn; the generation
+ends where the document is whole, and when -n runs short the document is closed within it):)";
+
 constexpr const char* kTail =
     R"(Exit status: 0 on success (a cache that could not be saved is a warning on stderr, shown even
 with --quiet), 1 on a runtime error (bad model, prompt, lost output: stdout closed or full), 2 on
@@ -103,6 +109,11 @@ struct Args {
   bool adaptive = false;
   decode::SamplingOptions sampling;
   std::vector<std::string> stops;
+  // The output constraint: the flag that chose it, its argument (--choice: the list)
+  std::string constraint_flag, constraint_arg;
+  constrain::ConstraintSpec constraint_spec;
+  std::shared_ptr<const constrain::Constraint> constraint;  // compiled before the load
+  bool print_grammar = false;
   std::vector<std::string> given;  ///< every spelling of every flag on the command line
   bool was_given(std::string_view flag) const {
     return std::find(given.begin(), given.end(), flag) != given.end();
@@ -263,6 +274,41 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                     "drafting when it does not pay",
                     a.adaptive),
   };
+  // One constraint at most: a second kind is a usage error naming both flags.
+  const auto constrain_by = [&a](std::string_view name, constrain::ConstraintKind kind) {
+    return [&a, name, kind](std::string_view v) -> std::string {
+      if (!a.constraint_flag.empty() && a.constraint_flag != name)
+        return fmt::format("{} and {} both constrain the output: choose one", a.constraint_flag,
+                           name);
+      a.constraint_flag = std::string(name);
+      a.constraint_spec.kind = kind;
+      if (kind == constrain::ConstraintKind::choices) {
+        if (v.empty()) return "an empty choice";
+        a.constraint_spec.choices.emplace_back(v);
+      } else {
+        a.constraint_arg = std::string(v);
+      }
+      return std::string();
+    };
+  };
+  const std::vector<flag> constraint{
+      flag::custom({"--json"}, "", "the output is one JSON value (RFC 8259)",
+                   constrain_by("--json", constrain::ConstraintKind::json)),
+      flag::custom({"--json-schema", "-j"}, "FILE|JSON",
+                   "the output is a JSON text valid against this JSON Schema (a file, or\n"
+                   "the schema itself when it starts with '{')",
+                   constrain_by("--json-schema", constrain::ConstraintKind::json_schema)),
+      flag::custom({"--grammar", "--grammar-file"}, "FILE|GBNF",
+                   "the output is a sentence of this GBNF grammar (llama.cpp's format; a\n"
+                   "file, or the grammar itself when it contains \"::=\")",
+                   constrain_by("--grammar", constrain::ConstraintKind::grammar)),
+      flag::custom({"--regex"}, "PATTERN", "the output is a whole match of this regular expression",
+                   constrain_by("--regex", constrain::ConstraintKind::regex)),
+      flag::custom({"--choice"}, "TEXT", "the output is one of these texts (repeatable)",
+                   constrain_by("--choice", constrain::ConstraintKind::choices)),
+      flag::boolean({"--print-grammar"},
+                    "print the GBNF grammar the constraint compiles to, and exit", a.print_grammar),
+  };
   const std::vector<flag> output{
       flag::boolean({"--print-ids"}, "print the generated token ids as a JSON list instead of text",
                     a.print_ids),
@@ -280,6 +326,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                           {"prompt:", &prompt},
                           {kGenerationHeading, &generation},
                           {"speculative decoding:", &speculative},
+                          {kConstraintHeading, &constraint},
                           {"output:", &output}},
                          kTail,
                          22};
@@ -288,6 +335,11 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
       }))
     return rc;  // --help, --version or a usage error
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
+  if (!a.constraint_flag.empty() && a.chat)
+    return usage_error(a.constraint_flag + ": not with --chat (constrain a single generation)");
+  if (a.print_grammar && a.constraint_flag.empty())
+    return usage_error("--print-grammar: give the constraint (--json-schema, --grammar, --regex "
+                       "or --choice)");
   // Each source of the prompt excludes the others: none is quietly ignored.
   if (a.was_given("--prompt") && (a.have_prompt_ids || !a.prompt_file.empty() || a.chat)) {
     return usage_error(std::string("--prompt and ") +
@@ -440,6 +492,33 @@ int check_before_load(Args& a) {
                             a.prompt_tokens.size(), context));
   }
   return 0;
+}
+
+// Reads the constraint's argument (a file unless it is the text itself) and compiles it into
+// a.constraint; errors name the flag.
+status compile_constraint(Args& a) {
+  using constrain::ConstraintKind;
+  const ConstraintKind kind = a.constraint_spec.kind;
+  const std::string& arg = a.constraint_arg;
+  const bool inline_text =
+      (kind == ConstraintKind::json_schema && (arg.starts_with('{') || arg == "true")) ||
+      (kind == ConstraintKind::grammar && arg.find("::=") != std::string::npos) ||
+      kind == ConstraintKind::regex;
+  if (kind == ConstraintKind::json_schema || kind == ConstraintKind::grammar) {
+    if (inline_text) {
+      a.constraint_spec.source = arg;
+    } else {
+      auto text = io::read_text_file(arg, std::size_t{16} << 20);
+      if (!text) return error{errc::io_error, a.constraint_flag + ": " + text.error().message};
+      a.constraint_spec.source = std::move(*text);
+    }
+  } else if (kind == ConstraintKind::regex) {
+    a.constraint_spec.source = arg;
+  }
+  auto c = constrain::Constraint::compile(a.constraint_spec);
+  if (!c) return error{c.error().code, a.constraint_flag + ": " + c.error().message};
+  a.constraint = std::move(*c);
+  return {};
 }
 
 // The prefill rate counts the prefilled tokens only (the cached ones cost nothing).
@@ -603,12 +682,37 @@ int run(const Args& a, Session& session) {
       return fail(fmt::format("--prompt: {} tokens do not fit the context of {} (raise --context)",
                               prompt.size(), session.context_size()));
     }
+    std::unique_ptr<constrain::DocumentConstraint> constraint;
+    if (a.constraint) {  // the stop ids: the model's eos ones (unless ignored)
+      auto trie = constrain::TokenTrie::build(tokenizer, session.engine()->config().vocab_size);
+      if (!trie) return fail(a.constraint_flag + ": " + trie.error().message);
+      std::vector<std::int32_t> stops(session.engine()->eos_ids().begin(),
+                                      session.engine()->eos_ids().end());
+      if (a.ignore_eos || stops.empty())
+        return fail(a.constraint_flag + ": needs the model's eos ids to end the document "
+                    "(not with --ignore-eos)");
+      auto c = a.constraint->start(std::move(*trie), std::move(stops), prompt.size(),
+                                   a.max_tokens == kNoTokenLimit ? 0 : a.max_tokens);
+      if (!c) return fail(a.constraint_flag + ": " + c.error().message);
+      constraint = std::move(*c);
+      go.logits_processor = constraint.get();
+    }
     if (!a.print_ids && !a.have_prompt_ids && a.display_prompt) stream(a.prompt, -1);
     if (lost_output) return output_lost(), 1;
     auto out = session.generate(std::span<const std::int32_t>(prompt), go,
                                 a.print_ids ? TokenCallback() : TokenCallback(stream));
     if (lost_output) return output_lost(), 1;
     if (!out) return fail(out.error().message);
+    if (constraint) {
+      // The document is whole when the generation ended at a stop id the constraint let by.
+      const bool whole = out->stats.stop == decode::StopReason::eos;
+      if (!whole)
+        std::fprintf(stderr, "edgellm-generate: warning: %s: the output is not a whole document "
+                     "(stop: %s)\n", a.constraint_flag.c_str(), decode::to_string(out->stats.stop));
+      else if (constraint->forced() && !a.quiet)
+        std::fprintf(stderr, "%s: the token budget overrode the model's choice to close the "
+                     "document in time\n", a.constraint_flag.c_str());
+    }
     if (!a.prompt_cache.empty() && cached != prompt) {
       // The answer was produced: a cache that cannot be saved is a warning (exit 0), as a
       // packed cache that cannot be written is.
@@ -795,6 +899,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(a.sampling.seed));
   }
 
+  if (!a.constraint_flag.empty()) {  // compiled before anything is loaded: errors come at once
+    if (auto st = compile_constraint(a); !st) return fail(st.error().message);
+    if (a.print_grammar) {
+      std::fputs(a.constraint->gbnf().c_str(), stdout);
+      return cli::finish_stdout(kProg, 0, 0);
+    }
+  }
   if (const int rc = check_before_load(a); rc != 0) return rc;
 
   EngineOptions eo;

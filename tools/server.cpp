@@ -20,7 +20,7 @@
 #include "server/connection.hpp"
 #include "server/slots.hpp"
 
-#include <edgellm/constrain/json_constraint.hpp>
+#include <edgellm/constrain/constraint.hpp>
 #include <edgellm/io/json.hpp>
 #include <edgellm/io/json_write.hpp>
 #include <edgellm/model/chat_template.hpp>
@@ -101,7 +101,8 @@ struct Job {
   bool chat = true;
   bool stream = false;
   bool include_usage = false;
-  bool json_object = false;  // response_format {"type": "json_object"}
+  // response_format json_object or json_schema, or llama.cpp's "grammar": the reply's language
+  std::shared_ptr<const constrain::Constraint> constraint;
   std::vector<std::int32_t> prompt;
   GenerateOptions gen;
   decode::SamplingOptions sampling;
@@ -154,8 +155,7 @@ class Server {
     if (const json::Value* m = v.find("model"); m != nullptr && !m->is_string())
       return bad_param("model", "model: expected a string");
     if (auto e = check_unsupported(v, chat)) return e;
-    if (const json::Value* rf = v.find("response_format"); rf != nullptr && rf->is_object())
-      job.json_object = rf->find("type")->as_string() == "json_object";
+    if (auto e = parse_constraint(v, job)) return e;
 
     std::string text;
     if (chat) {
@@ -275,12 +275,12 @@ class Server {
     Session& session = *slot->session;
     bool stopped_by_us = false;
     GenerateOptions gen = job.gen;
-    std::unique_ptr<constrain::JsonConstraint> constraint;
-    if (job.json_object) {  // the reply is a JSON object: tokens that would break it are masked
+    std::unique_ptr<constrain::DocumentConstraint> constraint;
+    if (job.constraint) {  // tokens that would leave the reply's language are masked
       std::vector<std::int32_t> stops = job.gen.stop_ids;
       stops.insert(stops.end(), engine_->eos_ids().begin(), engine_->eos_ids().end());
-      auto c = constrain::JsonConstraint::create(trie_, std::move(stops), job.prompt.size(),
-                                                 {.shared_cache = masks_});
+      auto c = job.constraint->start(trie_, std::move(stops), job.prompt.size(),
+                                     job.gen.max_new_tokens);
       if (!c) {
         scheduler_.release(*slot);
         out.error = server_fault(500, c.error().message);
@@ -445,7 +445,9 @@ class Server {
     auto t = constrain::TokenTrie::build(*engine_->tokenizer(), engine_->config().vocab_size);
     if (!t) return t.error();
     trie_ = std::move(*t);
-    masks_ = std::make_shared<constrain::JsonMaskCache>(trie_, 512);  // 19 KB each at 150k tokens
+    auto json_object = constrain::Constraint::compile({.kind = constrain::ConstraintKind::json_object});
+    if (!json_object) return json_object.error();
+    json_object_ = std::move(*json_object);
     return {};
   }
   void set_fingerprint(std::string f) { fingerprint_ = std::move(f); }
@@ -534,10 +536,11 @@ class Server {
     if (const json::Value* rf = v.find("response_format"); rf != nullptr && !rf->is_null()) {
       const json::Value* type = rf->find("type");
       if (type == nullptr || !type->is_string() ||
-          (type->as_string() != "text" && type->as_string() != "json_object"))
+          (type->as_string() != "text" && type->as_string() != "json_object" &&
+           type->as_string() != "json_schema"))
         return bad_param("response_format",
-                         "response_format: {\"type\": \"text\"} or {\"type\": \"json_object\"}; "
-                         "json_schema is not supported yet");
+                         "response_format: {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}");
     }
     if (const json::Value* t = v.find("tools"); t != nullptr && !t->is_null() && t->size() > 0) {
       const json::Value* choice = v.find("tool_choice");
@@ -583,7 +586,66 @@ class Server {
   bool template_adds_bos_;
   std::vector<std::int32_t> chat_stop_ids_;
   std::shared_ptr<const constrain::TokenTrie> trie_;  // the vocabulary for json_object
-  std::shared_ptr<constrain::JsonMaskCache> masks_;   // its masks, shared by the requests
+  // The compiled constraints (json_object's, and the schemas and grammars requests gave, most
+  // recent kConstraintsKept by their text): a constraint keeps its masks, so requests that
+  // ask for the same schema share them.
+  static constexpr std::size_t kConstraintsKept = 32;
+  std::shared_ptr<const constrain::Constraint> json_object_;
+  std::mutex constraints_mu_;
+  std::deque<std::pair<std::string, std::shared_ptr<const constrain::Constraint>>> constraints_;
+
+  // The compiled constraint for `spec` (key: its kind and source), compiled on first use.
+  result<std::shared_ptr<const constrain::Constraint>> constraint_for(
+      const constrain::ConstraintSpec& spec) {
+    const std::string key = std::string(constrain::to_string(spec.kind)) + '\n' + spec.source;
+    {
+      std::lock_guard lock(constraints_mu_);
+      for (const auto& [k, c] : constraints_)
+        if (k == key) return c;
+    }
+    auto c = constrain::Constraint::compile(spec);  // outside the lock: a schema may be large
+    if (!c) return c.error();
+    std::lock_guard lock(constraints_mu_);
+    if (constraints_.size() >= kConstraintsKept) constraints_.pop_front();
+    constraints_.emplace_back(key, *c);
+    return *c;
+  }
+
+  // response_format (json_object, json_schema) or llama.cpp's "grammar" field into
+  // job.constraint; an ApiError naming the field when the schema or grammar is refused.
+  std::optional<ApiError> parse_constraint(const json::Value& v, Job& job) {
+    const json::Value* grammar = v.find("grammar");
+    if (grammar != nullptr && !grammar->is_null()) {
+      if (!grammar->is_string() || grammar->as_string().empty())
+        return bad_param("grammar", "grammar: expected a GBNF grammar as a string");
+      auto c = constraint_for({.kind = constrain::ConstraintKind::grammar,
+                               .source = grammar->as_string()});
+      if (!c) return bad_param("grammar", c.error().message);
+      job.constraint = std::move(*c);
+    }
+    const json::Value* rf = v.find("response_format");
+    if (rf == nullptr || !rf->is_object()) return std::nullopt;
+    const std::string& type = rf->find("type")->as_string();  // checked by check_unsupported
+    if (type == "text") return std::nullopt;
+    if (job.constraint)
+      return bad_param("grammar", "grammar and response_format both constrain the reply: give one");
+    if (type == "json_object") {
+      job.constraint = json_object_;
+      return std::nullopt;
+    }
+    const json::Value* js = rf->find("json_schema");
+    const json::Value* schema = js != nullptr && js->is_object() ? js->find("schema") : nullptr;
+    if (schema == nullptr || !(schema->is_object() || schema->is_bool()))
+      return bad_param("response_format",
+                       "response_format.json_schema.schema: expected a JSON Schema (an object)");
+    auto c = constraint_for({.kind = constrain::ConstraintKind::json_schema,
+                             .source = json::dump(*schema)});
+    if (!c) return bad_param("response_format", "response_format.json_schema.schema: " +
+                                                    c.error().message);
+    job.constraint = std::move(*c);
+    return std::nullopt;
+  }
+
   std::string fingerprint_;
   Scheduler scheduler_;
   Metrics metrics_;

@@ -9,6 +9,7 @@
 #include "edgellm/c/edgellm.h"
 
 #include "edgellm/config.hpp"
+#include "edgellm/constrain/constraint.hpp"
 #include "edgellm/kernels/matmul.hpp"
 #include "edgellm/result.hpp"
 #include "edgellm/session.hpp"
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <span>
 #include <string>
@@ -30,10 +32,40 @@
 
 namespace edgellm::c_api {
 extern const char* const git_sha;  // bindings/c/git_sha.cpp: configure-time, else "unknown"
+
+// The vocabulary index that constrained decoding walks (constrain::TokenTrie), built once per
+// model on the first edgellm_session_set_constraint() over it and shared by the model handle and
+// its sessions (a session may outlive the model handle). Building takes ~100 ms on a 150k
+// vocabulary: under the lock, so that concurrent first uses build it once.
+class Vocabulary {
+ public:
+  result<std::shared_ptr<const constrain::TokenTrie>> trie(const Engine& engine) {
+    std::lock_guard lock(mu_);
+    if (trie_) return trie_;
+    const model::Tokenizer* tok = engine.tokenizer();
+    if (tok == nullptr)
+      return make_error(errc::invalid_argument, "vocabulary", "the model has no tokenizer");
+    auto t = constrain::TokenTrie::build(*tok, engine.config().vocab_size);
+    if (!t) return t.error();
+    trie_ = std::move(*t);
+    return trie_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<const constrain::TokenTrie> trie_;
+};
 }  // namespace edgellm::c_api
 
 struct edgellm_model {
   std::shared_ptr<const edgellm::Engine> engine;
+  std::shared_ptr<edgellm::c_api::Vocabulary> vocabulary =
+      std::make_shared<edgellm::c_api::Vocabulary>();
+};
+
+// Immutable once compiled; sessions hold their own references.
+struct edgellm_constraint {
+  std::shared_ptr<const edgellm::constrain::Constraint> constraint;
 };
 
 // The engine is held here as well as inside the Session, so that the model's memory outlives the
@@ -43,10 +75,21 @@ struct edgellm_session {
   // calls back into its session) or overlap (two threads).
   enum : int { idle = 0, in_call = 1, free_after_call = 2 };
 
+  // How the latest generate call went under a constraint (edgellm_session_constraint_result).
+  enum class Outcome : std::uint8_t { none, incomplete, complete };
+
   std::shared_ptr<const edgellm::Engine> engine;
   edgellm::Session session;
   mutable std::atomic<int> use{idle};
   mutable std::atomic<const char*> holder{nullptr};  // the running call's name, for messages
+  // Constrained decoding (edgellm_session_set_constraint): the model's vocabulary index, the
+  // constraint every generate call starts (null: free text), and the latest call's outcome.
+  // Read and written under a SessionClaim.
+  std::shared_ptr<edgellm::c_api::Vocabulary> vocabulary;
+  std::shared_ptr<const edgellm::constrain::Constraint> constraint{};
+  std::shared_ptr<const edgellm::constrain::TokenTrie> trie{};
+  Outcome outcome = Outcome::none;
+  bool forced = false;
 };
 
 namespace {
@@ -610,7 +653,8 @@ extern "C" edgellm_status edgellm_session_create(const edgellm_model* model,
       return st;
     auto s = edgellm::Session::create(model->engine, so);
     if (!s) return fail(s.error());
-    *out_session = new edgellm_session{model->engine, std::move(*s)};
+    *out_session = new edgellm_session{
+        .engine = model->engine, .session = std::move(*s), .vocabulary = model->vocabulary};
     return EDGELLM_OK;
   });
 }
@@ -652,6 +696,8 @@ extern "C" edgellm_status edgellm_session_reset(edgellm_session* session) {
     if (session == nullptr) return invalid(where, "session: NULL");
     const SessionClaim claim(session, where);
     if (!claim.held()) return claim.busy(where);
+    session->outcome = edgellm_session::Outcome::none;
+    session->forced = false;
     if (auto st = session->session.reset(); !st) return fail(st.error());
     return EDGELLM_OK;
   });
@@ -704,8 +750,46 @@ edgellm_status run_generate(std::string_view where, edgellm_session* session, Pr
                             edgellm_generation_stats* out_stats) {
   const edgellm_generate_options o =
       options != nullptr ? *options : edgellm_generate_options_default();
+  session->outcome = edgellm_session::Outcome::none;
+  session->forced = false;
   edgellm::GenerateOptions go;
   if (auto st = to_generate_options(where, o, go); st != EDGELLM_OK) return st;
+  // Under a constraint the prompt is needed as ids (the constraint starts after it).
+  std::vector<std::int32_t> encoded;
+  std::span<const std::int32_t> prompt_ids;
+  std::unique_ptr<edgellm::constrain::DocumentConstraint> constraint;
+  if (session->constraint) {
+    if (go.ignore_eos) {
+      return invalid(where, "options->ignore_eos: set while the session has a constraint "
+                            "(edgellm_session_set_constraint): the document could never end");
+    }
+    const auto eos = session->engine->eos_ids();
+    if (eos.empty()) {
+      return fail(EDGELLM_ERR_UNSUPPORTED, where,
+                  "session: the model has no eos ids, so a constrained document could never "
+                  "end; set the constraint to NULL");
+    }
+    if constexpr (std::is_same_v<Prompt, std::string_view>) {
+      auto ids = session->engine->tokenizer()->encode(
+          prompt, {.add_special = go.add_special, .parse_special = go.parse_special});
+      if (!ids) return fail(ids.error());
+      encoded = std::move(*ids);
+      prompt_ids = encoded;
+    } else {
+      prompt_ids = prompt;
+    }
+    // The budget: max_new_tokens, or the room the context leaves after the prompt when that is
+    // less (the session refuses a prompt that does not fit).
+    std::size_t budget = go.max_new_tokens;
+    const std::size_t context = session->session.context_size();
+    if (prompt_ids.size() < context) budget = std::min(budget, context - prompt_ids.size());
+    auto c = session->constraint->start(session->trie,
+                                        std::vector<std::int32_t>(eos.begin(), eos.end()),
+                                        prompt_ids.size(), budget);
+    if (!c) return fail(c.error());
+    constraint = std::move(*c);
+    go.logits_processor = constraint.get();
+  }
   edgellm::TokenCallback on_token;
   if (callback != nullptr) {
     on_token = [callback, user_data, session](std::string_view text, std::int32_t token) {
@@ -715,8 +799,16 @@ edgellm_status run_generate(std::string_view where, edgellm_session* session, Pr
                           edgellm_session::free_after_call;
     };
   }
-  auto out = session->session.generate(prompt, go, on_token);
+  auto out = constraint ? session->session.generate(prompt_ids, go, on_token)
+                        : session->session.generate(prompt, go, on_token);
   if (!out) return fail(out.error());
+  if (constraint) {
+    // The eos ids pass only where the document is whole: ending at one is ending whole.
+    session->outcome = out->stats.stop == edgellm::decode::StopReason::eos
+                           ? edgellm_session::Outcome::complete
+                           : edgellm_session::Outcome::incomplete;
+    session->forced = constraint->forced();
+  }
   if (out_stats != nullptr) {
     const edgellm::decode::GenerateStats& s = out->stats;
     out_stats->prompt_tokens = static_cast<uint32_t>(s.prompt_tokens);
@@ -769,6 +861,141 @@ extern "C" edgellm_status edgellm_generate_tokens(edgellm_session* session,
     if (session->engine->tokenizer() == nullptr) return no_tokenizer(where);
     return run_generate(where, session, std::span<const std::int32_t>(prompt_ids, n_ids), options,
                         callback, user_data, out_stats);
+  });
+}
+
+// ---- constrained decoding ---------------------------------------------------------------------
+
+namespace {
+
+// The enumerator's name in messages.
+const char* kind_name(edgellm::constrain::ConstraintKind k) noexcept {
+  using edgellm::constrain::ConstraintKind;
+  switch (k) {
+    case ConstraintKind::json: return "EDGELLM_CONSTRAINT_JSON";
+    case ConstraintKind::json_object: return "EDGELLM_CONSTRAINT_JSON_OBJECT";
+    case ConstraintKind::json_schema: return "EDGELLM_CONSTRAINT_JSON_SCHEMA";
+    case ConstraintKind::grammar: return "EDGELLM_CONSTRAINT_GRAMMAR";
+    case ConstraintKind::regex: return "EDGELLM_CONSTRAINT_REGEX";
+    case ConstraintKind::choices: return "EDGELLM_CONSTRAINT_CHOICES";
+  }
+  return "edgellm_constraint_kind";
+}
+
+}  // namespace
+
+extern "C" edgellm_status edgellm_constraint_compile(edgellm_constraint_kind kind,
+                                                     const char* source,
+                                                     const char* const* choices,
+                                                     size_t n_choices, edgellm_constraint** out) {
+  constexpr std::string_view where = "edgellm_constraint_compile";
+  return guarded(where, [&]() -> edgellm_status {
+    using edgellm::constrain::ConstraintKind;
+    if (out == nullptr) return invalid(where, "out: NULL");
+    *out = nullptr;
+    edgellm::constrain::ConstraintSpec spec;
+    switch (enum_value(kind)) {
+      case EDGELLM_CONSTRAINT_JSON: spec.kind = ConstraintKind::json; break;
+      case EDGELLM_CONSTRAINT_JSON_OBJECT: spec.kind = ConstraintKind::json_object; break;
+      case EDGELLM_CONSTRAINT_JSON_SCHEMA: spec.kind = ConstraintKind::json_schema; break;
+      case EDGELLM_CONSTRAINT_GRAMMAR: spec.kind = ConstraintKind::grammar; break;
+      case EDGELLM_CONSTRAINT_REGEX: spec.kind = ConstraintKind::regex; break;
+      case EDGELLM_CONSTRAINT_CHOICES: spec.kind = ConstraintKind::choices; break;
+      default:
+        return invalid(where, "kind: " + std::to_string(enum_value(kind)) +
+                                  " is not an edgellm_constraint_kind (EDGELLM_CONSTRAINT_JSON, "
+                                  "_JSON_OBJECT, _JSON_SCHEMA, _GRAMMAR, _REGEX, _CHOICES)");
+    }
+    const std::string name = kind_name(spec.kind);
+    const bool takes_source = spec.kind == ConstraintKind::json_schema ||
+                              spec.kind == ConstraintKind::grammar ||
+                              spec.kind == ConstraintKind::regex;
+    if (takes_source) {
+      const char* what = spec.kind == ConstraintKind::json_schema ? "the schema's JSON text"
+                         : spec.kind == ConstraintKind::grammar   ? "the GBNF grammar"
+                                                                  : "the regular expression";
+      if (source == nullptr) return invalid(where, "source: NULL (" + name + " needs " + what + ")");
+      if (source[0] == '\0') return invalid(where, "source: empty (" + name + " needs " + what + ")");
+      spec.source = source;
+    } else if (source != nullptr) {
+      return invalid(where, "source: not NULL, but " + name + " takes no source" +
+                                (spec.kind == ConstraintKind::choices ? " (the choices are "
+                                                                        "choices[0..n_choices))"
+                                                                      : ""));
+    }
+    if (spec.kind == ConstraintKind::choices) {
+      if (choices == nullptr) {
+        return invalid(where, "choices: NULL" + (n_choices > 0 ? " with n_choices = " +
+                                                                     std::to_string(n_choices)
+                                                               : std::string(" (" + name +
+                                                                 " needs at least one)")));
+      }
+      if (n_choices == 0) return invalid(where, "n_choices: 0 (" + name + " needs at least one)");
+      for (std::size_t i = 0; i < n_choices; ++i) {
+        if (choices[i] == nullptr)
+          return invalid(where, "choices[" + std::to_string(i) + "]: NULL");
+        spec.choices.emplace_back(choices[i]);
+      }
+    } else if (choices != nullptr || n_choices != 0) {
+      return invalid(where, "choices: only for EDGELLM_CONSTRAINT_CHOICES (" + name +
+                                " takes NULL and n_choices 0)");
+    }
+    auto c = edgellm::constrain::Constraint::compile(spec);
+    if (!c) {
+      // The source is an argument: a malformed one (a grammar's syntax) is an invalid argument,
+      // not a file's bad format.
+      const errc code = c.error().code == errc::format_error ? errc::invalid_argument : c.error().code;
+      return fail(to_status(code), where,
+                  spec.kind == ConstraintKind::choices ? "choices: " : "source: ",
+                  c.error().message);
+    }
+    *out = new edgellm_constraint{std::move(*c)};
+    return EDGELLM_OK;
+  });
+}
+
+extern "C" void edgellm_constraint_free(edgellm_constraint* constraint) { delete constraint; }
+
+extern "C" edgellm_status edgellm_session_set_constraint(edgellm_session* session,
+                                                         const edgellm_constraint* constraint) {
+  constexpr std::string_view where = "edgellm_session_set_constraint";
+  return guarded(where, [&]() -> edgellm_status {
+    if (session == nullptr) return invalid(where, "session: NULL");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
+    if (constraint == nullptr) {
+      session->constraint.reset();
+      return EDGELLM_OK;
+    }
+    if (session->engine->tokenizer() == nullptr) return no_tokenizer(where);
+    if (!session->trie) {
+      auto trie = session->vocabulary->trie(*session->engine);
+      if (!trie) return fail(trie.error());
+      session->trie = std::move(*trie);
+    }
+    session->constraint = constraint->constraint;
+    return EDGELLM_OK;
+  });
+}
+
+extern "C" edgellm_status edgellm_session_constraint_result(const edgellm_session* session,
+                                                            int32_t* out_complete,
+                                                            int32_t* out_forced) {
+  constexpr std::string_view where = "edgellm_session_constraint_result";
+  return guarded(where, [&]() -> edgellm_status {
+    if (out_complete != nullptr) *out_complete = 0;
+    if (out_forced != nullptr) *out_forced = 0;
+    if (session == nullptr) return invalid(where, "session: NULL");
+    const SessionClaim claim(session, where);
+    if (!claim.held()) return claim.busy(where);
+    if (session->outcome == edgellm_session::Outcome::none) {
+      return invalid(where, "session: its latest generate call was not constrained "
+                            "(edgellm_session_set_constraint), failed, or there was none");
+    }
+    if (out_complete != nullptr)
+      *out_complete = session->outcome == edgellm_session::Outcome::complete ? 1 : 0;
+    if (out_forced != nullptr) *out_forced = session->forced ? 1 : 0;
+    return EDGELLM_OK;
   });
 }
 

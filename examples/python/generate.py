@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Streams text from an edgellm model through the C API with ctypes (nothing to install): load,
-generate with a token callback, cancel from the callback after N tokens, print the statistics.
+generate with a token callback, cancel from the callback after N tokens, constrain the output
+(structured output: a JSON Schema, or one of some choices), print the statistics.
 
     python3 examples/python/generate.py [--lib build/release/lib/libedgellm_c.so]
         [--model models/kjv-target-awq] [--prompt TEXT] [--max-tokens N] [--context N]
-        [--cancel-after N]
+        [--cancel-after N] [--json-schema FILE|JSON | --choice TEXT [--choice TEXT ...]]
 
 The library is --lib, else $EDGELLM_C_LIB, else build/*/lib/libedgellm_c.so of this checkout,
 else whatever the dynamic loader finds as libedgellm_c. Any FFI works the same way: mirror the
@@ -28,6 +29,9 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 c_status = ctypes.c_int  # edgellm_status; EDGELLM_OK == 0
 ERR_INVALID_ARGUMENT, ERR_BUSY = 1, 10
 STOP_REASONS = ["eos", "stop string", "max tokens", "context full", "callback"]
+# edgellm_constraint_kind
+(CONSTRAINT_JSON, CONSTRAINT_JSON_OBJECT, CONSTRAINT_JSON_SCHEMA, CONSTRAINT_GRAMMAR,
+ CONSTRAINT_REGEX, CONSTRAINT_CHOICES) = range(6)
 UINT32_MAX = 0xFFFFFFFF
 
 
@@ -115,6 +119,13 @@ def load_api(path):
         "edgellm_generate": (status, [session, ctypes.c_char_p, ctypes.POINTER(GenerateOptions),
                                       TokenCallback, ctypes.c_void_p,
                                       ctypes.POINTER(GenerationStats)]),
+        "edgellm_constraint_compile": (status, [ctypes.c_int, ctypes.c_char_p,
+                                                ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                                ctypes.POINTER(ctypes.c_void_p)]),
+        "edgellm_constraint_free": (None, [ctypes.c_void_p]),
+        "edgellm_session_set_constraint": (status, [session, ctypes.c_void_p]),
+        "edgellm_session_constraint_result": (status, [session, ctypes.POINTER(ctypes.c_int32),
+                                                       ctypes.POINTER(ctypes.c_int32)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -127,6 +138,27 @@ def check(api, status, what):
     if status != 0:
         raise EdgellmError(what, status, text(api.edgellm_status_string(status)),
                            text(api.edgellm_last_error()))
+
+
+def compile_constraint(api, kind, source=None, choices=()):
+    """A new edgellm_constraint (free it with edgellm_constraint_free). source: bytes (a JSON
+    Schema's text, a GBNF grammar, a pattern) or None; choices: bytes each, for CONSTRAINT_CHOICES."""
+    array = (ctypes.c_char_p * len(choices))(*choices) if choices else None
+    constraint = ctypes.c_void_p()
+    check(api, api.edgellm_constraint_compile(kind, source, array, len(choices),
+                                              ctypes.byref(constraint)), "constraint")
+    return constraint
+
+
+def schema_text(arg):
+    """--json-schema's argument: the schema itself when it looks like JSON, else a file."""
+    if arg.lstrip().startswith("{") or arg.strip() == "true":
+        return os.fsencode(arg)
+    try:
+        with open(arg, "rb") as f:
+            return f.read()
+    except OSError as e:
+        sys.exit(f"--json-schema: {arg}: {e.strerror}")
 
 
 def count_arg(lowest, minus_one=None):
@@ -155,6 +187,11 @@ def main():
                     help="tokens the session holds (0: the model's default)")
     ap.add_argument("--cancel-after", type=count_arg(0), default=0,
                     help="stop from the callback after this many pieces of text (0: never)")
+    constrain = ap.add_mutually_exclusive_group()
+    constrain.add_argument("--json-schema", metavar="FILE|JSON",
+                           help="constrain the output to JSON valid against this JSON Schema")
+    constrain.add_argument("--choice", action="append", metavar="TEXT",
+                           help="constrain the output to exactly one of the choices (repeat it)")
     args = ap.parse_args()
     # Text that is not valid in the terminal's encoding is shown as '?' or U+FFFD, not raised.
     sys.stdout.reconfigure(errors="replace")
@@ -162,17 +199,28 @@ def main():
     # The command line's own bytes (os.fsencode undoes Python's surrogateescape).
     prompt, model_dir = os.fsencode(args.prompt), os.fsencode(args.model)
 
+    schema = schema_text(args.json_schema) if args.json_schema is not None else None
+
     api = load_api(find_library(args.lib))
     print(text(api.edgellm_build_info()), file=sys.stderr)
-    model, session = ctypes.c_void_p(), ctypes.c_void_p()
+    model, session, constraint = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     echoed = False
     try:
+        # Compiled before the model is loaded: a bad schema is reported at once.
+        if schema is not None:
+            constraint = compile_constraint(api, CONSTRAINT_JSON_SCHEMA, schema)
+        elif args.choice:
+            constraint = compile_constraint(api, CONSTRAINT_CHOICES,
+                                            choices=[os.fsencode(c) for c in args.choice])
         check(api, api.edgellm_model_load(model_dir, None, ctypes.byref(model)), "load")
         so = api.edgellm_session_options_default()
         so.sampling = api.edgellm_sampling_greedy()
         so.context_size = args.context
         check(api, api.edgellm_session_create(model, ctypes.byref(so), ctypes.byref(session)),
               "session")
+        if constraint:
+            # The session keeps its own reference: the constraint could be freed here already.
+            check(api, api.edgellm_session_set_constraint(session, constraint), "constraint")
         go = api.edgellm_generate_options_default()
         # -1: as many as the context holds; generation ends earlier at the model's eos.
         go.max_new_tokens = (args.max_tokens if args.max_tokens != -1
@@ -203,6 +251,13 @@ def main():
         print(f"[{stats.prompt_tokens} prompt tokens, {stats.new_tokens} generated; "
               f"stop: {STOP_REASONS[stats.stop_reason]}; time to first token "
               f"{stats.time_to_first_token_s * 1e3:.1f} ms]")
+        if constraint:
+            complete, forced = ctypes.c_int32(), ctypes.c_int32()
+            check(api, api.edgellm_session_constraint_result(session, ctypes.byref(complete),
+                                                             ctypes.byref(forced)), "constraint")
+            print("[constraint: " + ("a whole document" if complete.value else
+                                     "not a whole document") +
+                  ("; the token budget forced the closing" if forced.value else "") + "]")
         if (args.cancel_after and pieces >= args.cancel_after
                 and STOP_REASONS[stats.stop_reason] != "callback"):
             sys.exit("the callback returned 0 but generation went on")
@@ -215,8 +270,9 @@ def main():
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     finally:
-        api.edgellm_session_free(session)  # both accept NULL
+        api.edgellm_session_free(session)  # all three accept NULL
         api.edgellm_model_free(model)
+        api.edgellm_constraint_free(constraint)
 
 
 if __name__ == "__main__":

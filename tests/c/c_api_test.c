@@ -2,7 +2,8 @@
 /* The C API from C99, as an app sees it: every entry point, every error path (NULL handles and
  * pointers, bad options and enums, missing files, small output buffers, token ids out of range),
  * last_error naming the argument, cancellation from the callback, the prompt cache, speculative
- * decoding, and two sessions over one model on two threads. On the bundled model
+ * decoding, constrained decoding (JSON Schema, choices, regex, GBNF), and two sessions over one
+ * model on two threads. On the bundled model
  * (models/kjv-target-awq); the C output equals the C++ Session's in ctest c_api.greedy_equals_cpp. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -449,9 +450,270 @@ static void test_generate(const edgellm_model* model) {
   edgellm_session_free(s);
 }
 
+/* ---- constrained decoding ------------------------------------------------------------------ */
+
+static const char* const kPersonSchema =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150}},"
+    "\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
+
+static void test_constraint_compile(void) {
+  edgellm_constraint* c = (edgellm_constraint*)&g_checks; /* must be set to NULL on failure */
+  const char* choices[3] = {"yes", "no", NULL};
+  /* Arguments. */
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON, NULL, NULL, 0, NULL),
+               EDGELLM_ERR_INVALID_ARGUMENT, "out: NULL");
+  CHECK_STATUS(edgellm_constraint_compile((edgellm_constraint_kind)42, NULL, NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "kind: 42 is not an edgellm_constraint_kind");
+  CHECK(c == NULL);
+  c = (edgellm_constraint*)&g_checks;
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON_SCHEMA, NULL, NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: NULL (EDGELLM_CONSTRAINT_JSON_SCHEMA");
+  CHECK(c == NULL);
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_GRAMMAR, NULL, NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: NULL (EDGELLM_CONSTRAINT_GRAMMAR");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_REGEX, "", NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: empty");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON, "{}", NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: not NULL, but EDGELLM_CONSTRAINT_JSON takes no source");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON_OBJECT, NULL, choices, 2, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "choices: only for EDGELLM_CONSTRAINT_CHOICES");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_CHOICES, NULL, NULL, 2, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "choices: NULL with n_choices = 2");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_CHOICES, NULL, choices, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "n_choices: 0");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_CHOICES, NULL, choices, 3, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "choices[2]: NULL");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_CHOICES, "yes", choices, 2, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: not NULL");
+  CHECK(c == NULL);
+  /* What the compiler refuses is named: the schema keyword and its JSON pointer, the grammar's
+   * position, the pattern's offset. */
+  CHECK_STATUS(edgellm_constraint_compile(
+                   EDGELLM_CONSTRAINT_JSON_SCHEMA,
+                   "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"strnig\"}}}", NULL, 0, &c),
+               EDGELLM_ERR_UNSUPPORTED, "source: ");
+  CHECK(strstr(edgellm_last_error(), "\"type\"") != NULL &&
+        strstr(edgellm_last_error(), "#/properties/a") != NULL);
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON_SCHEMA,
+                                          "{\"type\":\"object\",\"not\":{}}", NULL, 0, &c),
+               EDGELLM_ERR_UNSUPPORTED, "unsupported keyword \"not\"");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON_SCHEMA, "{\"type\":", NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: ");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_GRAMMAR, "root ::= \"a\" | (", NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: ");
+  CHECK(strstr(edgellm_last_error(), "[edgellm_constraint_compile]") == edgellm_last_error());
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_GRAMMAR, "item ::= \"a\"\n", NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "root");
+  CHECK_STATUS(edgellm_constraint_compile(EDGELLM_CONSTRAINT_REGEX, "[a-", NULL, 0, &c),
+               EDGELLM_ERR_INVALID_ARGUMENT, "source: ");
+  CHECK(c == NULL);
+  /* Each kind compiles. */
+  {
+    const edgellm_constraint_kind kinds[6] = {EDGELLM_CONSTRAINT_JSON, EDGELLM_CONSTRAINT_JSON_OBJECT,
+                                              EDGELLM_CONSTRAINT_JSON_SCHEMA, EDGELLM_CONSTRAINT_GRAMMAR,
+                                              EDGELLM_CONSTRAINT_REGEX, EDGELLM_CONSTRAINT_CHOICES};
+    const char* sources[6] = {NULL, NULL, NULL, "root ::= \"In the \" (\"beginning\" | \"end\")\n",
+                              "[0-9]{3}", NULL};
+    int i;
+    sources[2] = kPersonSchema;
+    for (i = 0; i < 6; ++i) {
+      c = NULL;
+      CHECK_STATUS(edgellm_constraint_compile(kinds[i], sources[i], i == 5 ? choices : NULL,
+                                              i == 5 ? 2 : 0, &c),
+                   EDGELLM_OK, NULL);
+      CHECK(c != NULL);
+      edgellm_constraint_free(c);
+    }
+  }
+  edgellm_constraint_free(NULL);
+}
+
+/* Whether `text` (JSON, which may have whitespace around it) is an object: '{' first and '}' last
+ * once the whitespace is left out. */
+static int is_object_text(const char* text) {
+  size_t b = strspn(text, " \t\r\n"), e = strlen(text);
+  while (e > b && strchr(" \t\r\n", text[e - 1]) != NULL) --e;
+  return e - b >= 2 && text[b] == '{' && text[e - 1] == '}';
+}
+
+/* One constrained greedy generation of at most `n` tokens after `prompt` on `s`; the text in
+ * `out`, the result in *complete / *forced. */
+static edgellm_status constrained(edgellm_session* s, const char* prompt, uint32_t n, Collect* out,
+                                  edgellm_generation_stats* stats, int32_t* complete,
+                                  int32_t* forced) {
+  edgellm_generate_options g = edgellm_generate_options_default();
+  edgellm_status st;
+  g.max_new_tokens = n;
+  memset(out, 0, sizeof *out);
+  st = edgellm_generate(s, prompt, &g, collect, out, stats);
+  if (st != EDGELLM_OK) return st;
+  return edgellm_session_constraint_result(s, complete, forced);
+}
+
+static void test_constraint(const edgellm_model* model) {
+  edgellm_session_options so = greedy_options();
+  edgellm_session *s = NULL, *s2 = NULL;
+  edgellm_constraint *schema = NULL, *pick = NULL, *pattern = NULL, *gbnf = NULL;
+  edgellm_generate_options g = n_tokens(g_tokens);
+  edgellm_generation_stats stats;
+  const char* choices[3] = {"light", "darkness", "the waters"};
+  int32_t complete = -1, forced = -1;
+  Collect out, plain, other;
+
+  REQUIRE_OK(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON_SCHEMA, kPersonSchema, NULL, 0, &schema));
+  REQUIRE_OK(edgellm_constraint_compile(EDGELLM_CONSTRAINT_CHOICES, NULL, choices, 3, &pick));
+  REQUIRE_OK(edgellm_constraint_compile(EDGELLM_CONSTRAINT_REGEX, "[0-9]{3}", NULL, 0, &pattern));
+  REQUIRE_OK(edgellm_constraint_compile(EDGELLM_CONSTRAINT_GRAMMAR,
+                                        "root ::= \"In the \" (\"beginning\" | \"end\")\n", NULL, 0,
+                                        &gbnf));
+  REQUIRE_OK(edgellm_session_create(model, &so, &s));
+
+  /* Arguments and state. */
+  CHECK_STATUS(edgellm_session_set_constraint(NULL, schema), EDGELLM_ERR_INVALID_ARGUMENT, "session: NULL");
+  CHECK_STATUS(edgellm_session_constraint_result(NULL, &complete, &forced), EDGELLM_ERR_INVALID_ARGUMENT,
+               "session: NULL");
+  CHECK(complete == 0 && forced == 0);
+  complete = forced = -1;
+  CHECK_STATUS(edgellm_session_constraint_result(s, &complete, &forced), EDGELLM_ERR_INVALID_ARGUMENT,
+               "not constrained");
+  CHECK(complete == 0 && forced == 0);
+  CHECK_STATUS(edgellm_session_set_constraint(s, NULL), EDGELLM_OK, NULL); /* already none */
+
+  /* A JSON Schema: the output is a whole object with both properties. */
+  CHECK_STATUS(edgellm_session_set_constraint(s, schema), EDGELLM_OK, NULL);
+  CHECK_STATUS(constrained(s, "And God said", 48, &out, &stats, &complete, &forced), EDGELLM_OK, NULL);
+  printf("json schema (%u tokens, stop %d, complete %d, forced %d): %s\n", (unsigned)stats.new_tokens,
+         (int)stats.stop_reason, (int)complete, (int)forced, out.text);
+  CHECK(complete == 1 && stats.stop_reason == EDGELLM_STOP_EOS && stats.new_tokens <= 48);
+  CHECK(is_object_text(out.text));
+  CHECK(strstr(out.text, "\"name\"") != NULL && strstr(out.text, "\"age\"") != NULL);
+  /* The constraint stays for the following calls; ignore_eos cannot end a document. */
+  g = n_tokens(8);
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, NULL, NULL, &stats), EDGELLM_ERR_INVALID_ARGUMENT,
+               "options->ignore_eos");
+  CHECK_STATUS(edgellm_session_constraint_result(s, &complete, NULL), EDGELLM_ERR_INVALID_ARGUMENT,
+               "not constrained");
+  /* A budget that barely covers the shortest object forces the closing, and the object is
+   * whole within it. */
+  CHECK_STATUS(constrained(s, "And God said", 24, &out, &stats, &complete, &forced), EDGELLM_OK, NULL);
+  printf("json schema in 24 tokens (complete %d, forced %d): %s\n", (int)complete, (int)forced, out.text);
+  CHECK(complete == 1 && forced == 1 && stats.new_tokens <= 24);
+  CHECK(is_object_text(out.text));
+  /* Through token ids too. */
+  {
+    const int32_t ids[3] = {296, 389, 385};
+    g = edgellm_generate_options_default();
+    g.max_new_tokens = 48;
+    memset(&other, 0, sizeof other);
+    CHECK_STATUS(edgellm_session_reset(s), EDGELLM_OK, NULL);
+    CHECK_STATUS(edgellm_session_constraint_result(s, &complete, &forced), EDGELLM_ERR_INVALID_ARGUMENT,
+                 "not constrained");
+    CHECK_STATUS(edgellm_generate_tokens(s, ids, 3, &g, collect, &other, &stats), EDGELLM_OK, NULL);
+    CHECK_STATUS(edgellm_session_constraint_result(s, &complete, &forced), EDGELLM_OK, NULL);
+    CHECK(complete == 1 && is_object_text(other.text));
+  }
+
+  /* Choices: exactly one of them, the model's pick (a budget far above the longest choice
+   * forces nothing). The constraint is freed by the app while the session holds it. */
+  CHECK_STATUS(edgellm_session_set_constraint(s, pick), EDGELLM_OK, NULL);
+  edgellm_constraint_free(pick);
+  pick = NULL;
+  CHECK_STATUS(constrained(s, "And God said, Let there be", 160, &out, &stats, &complete, &forced),
+               EDGELLM_OK, NULL);
+  printf("choices: '%s'\n", out.text);
+  CHECK(complete == 1 && forced == 0 && stats.stop_reason == EDGELLM_STOP_EOS);
+  CHECK(strcmp(out.text, choices[0]) == 0 || strcmp(out.text, choices[1]) == 0 ||
+        strcmp(out.text, choices[2]) == 0);
+  /* A regular expression and a GBNF grammar. */
+  CHECK_STATUS(edgellm_session_set_constraint(s, pattern), EDGELLM_OK, NULL);
+  CHECK_STATUS(constrained(s, "And God said", 16, &out, &stats, &complete, &forced), EDGELLM_OK, NULL);
+  CHECK(complete == 1 && out.len == 3 && strspn(out.text, "0123456789") == 3);
+  CHECK_STATUS(edgellm_session_set_constraint(s, gbnf), EDGELLM_OK, NULL);
+  CHECK_STATUS(constrained(s, "And God said", 16, &out, &stats, &complete, &forced), EDGELLM_OK, NULL);
+  CHECK(complete == 1 && (strcmp(out.text, "In the beginning") == 0 || strcmp(out.text, "In the end") == 0));
+  /* A stop string that cuts the document: not complete. */
+  {
+    const char* stops[1] = {" the"};
+    g = edgellm_generate_options_default();
+    g.max_new_tokens = 16;
+    g.stop_strings = stops;
+    g.n_stop_strings = 1;
+    memset(&other, 0, sizeof other);
+    CHECK_STATUS(edgellm_generate(s, "And God said", &g, collect, &other, &stats), EDGELLM_OK, NULL);
+    CHECK_STATUS(edgellm_session_constraint_result(s, &complete, &forced), EDGELLM_OK, NULL);
+    CHECK(stats.stop_reason == EDGELLM_STOP_STRING && complete == 0 && strcmp(other.text, "In") == 0);
+  }
+
+  /* NULL returns to free text: the same tokens as a session that never had a constraint. */
+  CHECK_STATUS(edgellm_session_set_constraint(s, NULL), EDGELLM_OK, NULL);
+  greedy_text(model, &so, "And God said", g_tokens, &plain);
+  g = n_tokens(g_tokens);
+  memset(&out, 0, sizeof out);
+  CHECK_STATUS(edgellm_session_reset(s), EDGELLM_OK, NULL);
+  CHECK_STATUS(edgellm_generate(s, "And God said", &g, collect, &out, &stats), EDGELLM_OK, NULL);
+  CHECK(strcmp(out.text, plain.text) == 0 && stats.new_tokens == g_tokens);
+  CHECK_STATUS(edgellm_session_constraint_result(s, &complete, &forced), EDGELLM_ERR_INVALID_ARGUMENT,
+               "not constrained");
+
+  /* One constraint on two sessions, freed before them: the same output. */
+  CHECK_STATUS(edgellm_session_set_constraint(s, schema), EDGELLM_OK, NULL);
+  REQUIRE_OK(edgellm_session_create(model, &so, &s2));
+  CHECK_STATUS(edgellm_session_set_constraint(s2, schema), EDGELLM_OK, NULL);
+  edgellm_constraint_free(schema);
+  schema = NULL;
+  CHECK_STATUS(edgellm_session_reset(s), EDGELLM_OK, NULL);
+  CHECK_STATUS(constrained(s, "In the beginning", 48, &out, &stats, &complete, &forced), EDGELLM_OK, NULL);
+  CHECK_STATUS(constrained(s2, "In the beginning", 48, &other, &stats, &complete, &forced), EDGELLM_OK, NULL);
+  CHECK(complete == 1 && strcmp(out.text, other.text) == 0);
+  edgellm_session_free(s2);
+  edgellm_session_free(s);
+  edgellm_constraint_free(pattern);
+  edgellm_constraint_free(gbnf);
+}
+
+/* Speculative decoding (a draft model, prompt lookup) under a constraint: the same whole
+ * document as plain greedy decoding. */
+static void test_constraint_speculative(const edgellm_model* model, const edgellm_model* draft) {
+  edgellm_session_options so = greedy_options();
+  edgellm_session* s = NULL;
+  edgellm_constraint* gbnf = NULL;
+  edgellm_generation_stats stats;
+  int32_t complete = -1, forced = -1;
+  Collect plain, spec;
+  int i;
+  REQUIRE_OK(edgellm_constraint_compile(EDGELLM_CONSTRAINT_GRAMMAR,
+                                        "root ::= \"In the \" (\"beginning\" | \"end\")\n", NULL, 0,
+                                        &gbnf));
+  for (i = 0; i < 3; ++i) {
+    so.draft = i == 1 ? draft : NULL;
+    so.draft_tokens = i == 1 ? 4 : 0;
+    so.prompt_lookup = i == 2;
+    REQUIRE_OK(edgellm_session_create(model, &so, &s));
+    CHECK_STATUS(edgellm_session_set_constraint(s, gbnf), EDGELLM_OK, NULL);
+    CHECK_STATUS(constrained(s, "And God said", 16, i == 0 ? &plain : &spec, &stats, &complete, &forced),
+                 EDGELLM_OK, NULL);
+    CHECK(complete == 1);
+    if (i > 0) CHECK(strcmp(plain.text, spec.text) == 0);
+    edgellm_session_free(s);
+  }
+  edgellm_constraint_free(gbnf);
+}
+
+/* A model loaded without a tokenizer has no vocabulary to constrain. */
+static void test_constraint_without_tokenizer(const edgellm_model* draft) {
+  edgellm_session* s = NULL;
+  edgellm_constraint* c = NULL;
+  REQUIRE_OK(edgellm_constraint_compile(EDGELLM_CONSTRAINT_JSON, NULL, NULL, 0, &c));
+  REQUIRE_OK(edgellm_session_create(draft, NULL, &s));
+  CHECK_STATUS(edgellm_session_set_constraint(s, c), EDGELLM_ERR_INVALID_ARGUMENT, "tokenizer");
+  edgellm_session_free(s);
+  edgellm_constraint_free(c);
+}
+
 /* ---- calls on a session from inside its own token callback -------------------------------- */
 
-enum { kReentryCalls = 6 };
+enum { kReentryCalls = 8 };
 
 typedef struct {
   edgellm_session* session;
@@ -500,6 +762,8 @@ static int32_t reenter(const char* text, size_t text_len, int32_t token, void* u
     note_busy(r, 4, edgellm_session_save_prompt_cache(r->session, r->cache_path));
     note_busy(r, 5, edgellm_session_load_prompt_cache(r->session, r->cache_path, &held));
     r->held = held;
+    note_busy(r, 6, edgellm_session_set_constraint(r->session, NULL));
+    note_busy(r, 7, edgellm_session_constraint_result(r->session, NULL, NULL));
   }
   return 1;
 }
@@ -792,6 +1056,10 @@ int main(void) {
   test_prompt_cache(model);
   test_speculative(model, draft);
   test_without_tokenizer(draft);
+  test_constraint_compile();
+  test_constraint(model);
+  test_constraint_speculative(model, draft);
+  test_constraint_without_tokenizer(draft);
   test_plan();
   test_free_order();
   test_threads(model); /* no pool: each session computes on its own thread */

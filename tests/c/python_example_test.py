@@ -4,14 +4,17 @@
 documented, its command line (--max-tokens -1 means "until the end of text or the context";
 0, -2, 2^32 are argparse errors, not wrapped into uint32_t), bytes that are not UTF-8 in the
 prompt and the model path (a message, never a traceback), a context beyond the model's
-positions, and the example's module as a wrapper: EdgellmError carries EDGELLM_ERR_BUSY for a
-call on a session from inside its own token callback, and a free from there is deferred.
+positions, constrained output (--choice: exactly one of the choices; --json-schema: JSON that
+parses and has the schema's properties; a schema refused with the keyword named), and the
+example's module as a wrapper: EdgellmError carries EDGELLM_ERR_BUSY for a call on a session
+from inside its own token callback, and a free from there is deferred.
 
     python3 tests/c/python_example_test.py --lib build/release/lib/libedgellm_c.so
 """
 import argparse
 import ctypes
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -84,6 +87,58 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(rc, 1, err)
         self.assertIn("context_size: 100000 is above the model's max_position_embeddings 2048",
                       err)
+
+
+class Constrained(unittest.TestCase):
+    """--choice and --json-schema: the output is a whole document of the constraint."""
+
+    def generated(self, prompt, out):
+        """The text the example printed after echoing prompt, up to its statistics line."""
+        self.assertTrue(out.startswith(prompt), out)
+        return out[len(prompt):out.index("\n[")]
+
+    def test_choice(self):
+        prompt, choices = "And God said, Let there be", ["light", "darkness", "the waters"]
+        args = ["--prompt", prompt, "--max-tokens", "160"]  # far above the choices: not forced
+        for c in choices:
+            args += ["--choice", c]
+        rc, out, err = run_example(*args)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(self.generated(prompt, out), choices)
+        self.assertIn("stop: eos", out)
+        self.assertIn("[constraint: a whole document]", out)
+
+    def test_json_schema(self):
+        schema = ('{"type":"object","properties":{"name":{"type":"string","maxLength":12},'
+                  '"age":{"type":"integer","minimum":0,"maximum":150}},'
+                  '"required":["name","age"],"additionalProperties":false}')
+        rc, out, err = run_example("--prompt", "And God said", "--max-tokens", "48",
+                                   "--json-schema", schema)
+        self.assertEqual(rc, 0, err)
+        value = json.loads(self.generated("And God said", out))
+        self.assertEqual(sorted(value), ["age", "name"])
+        self.assertIsInstance(value["age"], int)
+        self.assertTrue(0 <= value["age"] <= 150 and len(value["name"]) <= 12, value)
+        self.assertIn("[constraint: a whole document", out)
+
+    def test_refused_schema_names_the_keyword(self):
+        rc, out, err = run_example("--json-schema", '{"type":"object","not":{}}')
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("constraint: unsupported:", err)
+        self.assertIn('"not"', err)
+        self.assertEqual(out, "")  # refused before the model is loaded and the prompt echoed
+
+    def test_schema_file_that_does_not_exist(self):
+        rc, _, err = run_example("--json-schema", "/nonexistent/schema.json")
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("--json-schema: /nonexistent/schema.json:", err)
+
+    def test_one_constraint_at_a_time(self):
+        rc, _, err = run_example("--choice", "a", "--json-schema", "{}")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("not allowed with argument", err)
 
 
 class Reentrancy(unittest.TestCase):

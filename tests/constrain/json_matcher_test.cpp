@@ -113,4 +113,26 @@ TEST_CASE("JsonMatcher agrees with io::json::parse on mutated texts", "[constrai
   CHECK(refused > 1000);
 }
 
+TEST_CASE("JsonMatcher::completion makes every viable prefix whole", "[constrain]") {
+  const std::string texts[] = {
+      "{\"a\": [1, 2.5e-3, {\"b\": \"x\\u00e9\\uD83D\\uDE00\"}], \"t\": true, \"n\": null}",
+      "{\"utf8\":\"\xC3\xA9\xF0\x9F\x98\x80\", \"f\": false, \"z\": -0.0E+5}",
+      "[[[\"deep\", {\"k\": [-12]}]]]", "\"top\"", "-12.5e7 ", "[1,2]"};
+  for (const bool object_only : {true, false}) {
+    for (const std::string& text : texts) {
+      JsonMatcher m({.object_only = object_only});
+      for (std::size_t i = 0; i <= text.size(); ++i) {
+        const std::string closing = m.completion();
+        INFO(text.substr(0, i) << " + " << closing);
+        JsonMatcher whole_text = m;
+        CHECK(whole_text.feed(closing));
+        CHECK(whole_text.done());
+        CHECK(closing.size() <= 4 * (i + 2));
+        if (i == text.size() || !m.feed(static_cast<unsigned char>(text[i]))) break;
+      }
+    }
+  }
+  CHECK(JsonMatcher().completion() == "{}");
+}
+
 }  // namespace test_json_matcher

@@ -482,6 +482,63 @@ done:
   free(ids);
 }
 
+/* ---- constrained decoding ----------------------------------------------------------------- */
+
+JNIEXPORT jlong JNICALL JNI_FN(constraintCompile)(JNIEnv* env, jclass cls, jint kind,
+                                                  jbyteArray source, jobjectArray choices) {
+  (void)cls;
+  edgellm_constraint* c = NULL;
+  int ok = 1;
+  jsize n = choices != NULL ? (*env)->GetArrayLength(env, choices) : 0;
+  char** strs = (char**)calloc((size_t)n + 1, sizeof(char*));
+  char* src = NULL;
+  if (strs == NULL) {
+    throw_oom(env, "edgellm: constraint");
+    return 0;
+  }
+  for (jsize i = 0; i < n && ok; ++i) {
+    jbyteArray b = (jbyteArray)(*env)->GetObjectArrayElement(env, choices, i);
+    strs[i] = c_string(env, b, &ok);
+    if (b != NULL) (*env)->DeleteLocalRef(env, b);
+  }
+  if (ok) src = c_string(env, source, &ok);
+  if (ok && check(env, edgellm_constraint_compile((edgellm_constraint_kind)kind, src,
+                                                  choices != NULL ? (const char* const*)strs : NULL,
+                                                  (size_t)n, &c))) {
+    c = NULL; /* the header promises NULL on failure */
+  }
+  for (jsize i = 0; i < n; ++i) free(strs[i]);
+  free(strs);
+  free(src);
+  return (jlong)(intptr_t)c;
+}
+
+JNIEXPORT void JNICALL JNI_FN(constraintFree)(JNIEnv* env, jclass cls, jlong constraint) {
+  (void)env;
+  (void)cls;
+  edgellm_constraint_free((edgellm_constraint*)(intptr_t)constraint);
+}
+
+JNIEXPORT void JNICALL JNI_FN(sessionSetConstraint)(JNIEnv* env, jclass cls, jlong session,
+                                                    jlong constraint) {
+  (void)cls;
+  check(env, edgellm_session_set_constraint((edgellm_session*)(intptr_t)session,
+                                            (const edgellm_constraint*)(intptr_t)constraint));
+}
+
+JNIEXPORT void JNICALL JNI_FN(sessionConstraintResult)(JNIEnv* env, jclass cls, jlong session,
+                                                       jintArray out) {
+  (void)cls;
+  int32_t complete = 0, forced = 0;
+  if (check(env, edgellm_session_constraint_result((const edgellm_session*)(intptr_t)session,
+                                                   &complete, &forced)))
+    return;
+  {
+    jint v[2] = {complete, forced};
+    (*env)->SetIntArrayRegion(env, out, 0, 2, v);
+  }
+}
+
 /* ---- prompt cache ----------------------------------------------------------------------- */
 
 JNIEXPORT void JNICALL JNI_FN(savePromptCache)(JNIEnv* env, jclass cls, jlong session,

@@ -11,6 +11,11 @@
  *                    edgellm_session_create() / edgellm_session_free(). A session keeps its model
  *                    alive: the model's memory is released when the model handle and every session
  *                    over it have been freed, in any order.
+ *   edgellm_constraint  a compiled output constraint (JSON, a JSON Schema, a GBNF grammar, a
+ *                    regular expression, a list of choices), immutable once compiled.
+ *                    edgellm_constraint_compile() / edgellm_constraint_free(). A session it is set
+ *                    on keeps it alive: it may be freed while sessions still use it, and one
+ *                    constraint may be set on several sessions (on several threads) at once.
  *   Every *_free() accepts NULL. Strings passed in are copied or used only during the call.
  *
  * Errors
@@ -25,7 +30,8 @@
  *   called edgellm_generate(). A model loaded with threads > 1 owns a pool of that many
  *   threads that its sessions take turns on.
  *   Calls on one session do not nest: while a call on a session runs (edgellm_generate*, and
- *   the reset, set_sampling and prompt-cache calls), another call on that session, from the
+ *   the reset, set_sampling, set_constraint, constraint_result and prompt-cache calls), another
+ *   call on that session, from the
  *   token callback or from another thread, returns EDGELLM_ERR_BUSY and changes nothing.
  *   edgellm_session_position() and edgellm_session_context_size() only read, and answer from
  *   the callback too. edgellm_session_free() on a busy session defers the free: generation
@@ -244,6 +250,65 @@ EDGELLM_C_API edgellm_status edgellm_generate_tokens(edgellm_session* session,
                                                      edgellm_token_callback callback,
                                                      void* user_data,
                                                      edgellm_generation_stats* out_stats);
+
+/* ---- constrained decoding (structured output) ------------------------------------------ */
+
+/* Tokens that would take the output out of the constraint's language are never drawn, and the
+ * model's eos ids are allowed only where the output is a whole document, so a generation that
+ * ends at eos has produced one (JSON that parses, a sentence of the grammar, a whole match of
+ * the pattern, exactly one of the choices). The generation's max_new_tokens (or the room the
+ * context leaves, when less) is a budget the document is closed within: near its end only
+ * tokens after which the document can still be finished in time are allowed, and the result
+ * says when that overrode the model's choice. */
+
+typedef struct edgellm_constraint edgellm_constraint;
+
+typedef enum edgellm_constraint_kind {
+  EDGELLM_CONSTRAINT_JSON = 0,        /* any JSON value; source NULL */
+  EDGELLM_CONSTRAINT_JSON_OBJECT = 1, /* a JSON object (OpenAI's json_object); source NULL */
+  EDGELLM_CONSTRAINT_JSON_SCHEMA = 2, /* JSON valid against source, a JSON Schema (JSON text) */
+  EDGELLM_CONSTRAINT_GRAMMAR = 3,     /* a sentence of source, a GBNF grammar (rule "root") */
+  EDGELLM_CONSTRAINT_REGEX = 4,       /* a whole match of source, a regular expression */
+  EDGELLM_CONSTRAINT_CHOICES = 5      /* exactly one of choices[0..n_choices); source NULL */
+} edgellm_constraint_kind;
+
+/* Compiles a constraint. source (NUL-terminated UTF-8) is the schema, the grammar or the
+ * pattern, and must be NULL for the JSON kinds and CHOICES; choices and n_choices are for
+ * CHOICES only (NULL and 0 otherwise; each choice a non-NULL string). A source the compiler
+ * refuses gives EDGELLM_ERR_INVALID_ARGUMENT (EDGELLM_ERR_UNSUPPORTED for a schema keyword or
+ * regex feature it does not handle) with a message that starts with the argument ("source: ",
+ * "choices: ") and names what is wrong in it: the schema keyword and its JSON pointer, the
+ * grammar's line and column, the pattern's offset. On success *out is
+ * a new handle; on failure it is set to NULL. Compiling takes no model: one constraint serves any
+ * number of sessions over any models. */
+EDGELLM_C_API edgellm_status edgellm_constraint_compile(edgellm_constraint_kind kind,
+                                                        const char* source,
+                                                        const char* const* choices,
+                                                        size_t n_choices,
+                                                        edgellm_constraint** out);
+EDGELLM_C_API void edgellm_constraint_free(edgellm_constraint* constraint);
+
+/* Constrains every following edgellm_generate* call on session until it is set again; NULL
+ * returns to free text. The session keeps a reference: the app may free the constraint at once.
+ * The first constraint set on a model's sessions builds the model's vocabulary index (about
+ * 100 ms on a 150k vocabulary; once per model, shared by its sessions). A constrained
+ * generation needs the model's eos ids to end the document: options->ignore_eos is refused
+ * (EDGELLM_ERR_INVALID_ARGUMENT). Stop strings still apply (a stop string that ends the output
+ * early leaves the document unfinished). edgellm_session_reset() keeps the constraint. */
+EDGELLM_C_API edgellm_status edgellm_session_set_constraint(edgellm_session* session,
+                                                            const edgellm_constraint* constraint);
+
+/* How the latest edgellm_generate* call on session went under its constraint:
+ * *out_complete = 1 when the output is a whole document (the generation ended at an eos id,
+ * which the constraint allows only there), else 0 (it stopped at max_new_tokens, a stop
+ * string, a full context or the callback first); *out_forced = 1 when the token budget
+ * overrode the model's choice at least once to close the document in time, else 0.
+ * Either pointer may be NULL. Refused (EDGELLM_ERR_INVALID_ARGUMENT, both outputs 0) when the
+ * latest call was not constrained, failed, or there was none since the session was created
+ * or reset. */
+EDGELLM_C_API edgellm_status edgellm_session_constraint_result(const edgellm_session* session,
+                                                               int32_t* out_complete,
+                                                               int32_t* out_forced);
 
 /* ---- prompt cache ---------------------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace edgellm::constrain {
@@ -57,6 +58,44 @@ class JsonMatcher {
 
   /// The bytes so far are a whole JSON text (and nothing may follow).
   bool done() const noexcept { return mode_ == Mode::done; }
+  /// The matcher interface of constrain/token_constraint.hpp: a whole text may end here, and
+  /// nothing follows a whole one.
+  bool accepting() const noexcept { return done(); }
+  bool can_continue() const noexcept { return !done(); }
+
+  /// A short byte string that makes the text whole: the open string, key or number ended, a
+  /// member's missing value, the open containers closed. Empty when already whole. Built byte
+  /// by byte, trying the closing bytes first, so that it always continues the text.
+  std::string completion() const {
+    // Tried in this order at each byte: closers, then what a value, key, escape or literal
+    // needs ('u' and the hex digits 'D', 'C' finish a surrogate pair; letters a literal).
+    static constexpr std::string_view kTry = "}]\":{0\\uDCabcdefghijklmnopqrstvwxyz ";
+    std::string out;
+    JsonMatcher m = *this;
+    for (std::size_t guard = 0; !m.done() && guard < 8 * (kMaxDepth + 16); ++guard) {
+      // An open string ends at '"' (its body takes the closers too); a top-level number ends
+      // at white space (a digit would go on forever).
+      const bool number = m.mode_ == Mode::zero || m.mode_ == Mode::integer ||
+                          m.mode_ == Mode::fraction || m.mode_ == Mode::exponent_digits;
+      const char first = m.mode_ == Mode::string ? '"' : number && m.depth_ == 0 ? ' ' : '\0';
+      bool moved = first != '\0' && m.feed(static_cast<unsigned char>(first));
+      if (moved) out.push_back(first);
+      if (!moved)
+        for (const char ch : kTry)
+          if (m.feed(static_cast<unsigned char>(ch))) {
+            out.push_back(ch);
+            moved = true;
+            break;
+          }
+      const unsigned char continuation = m.lo_;  // inside a UTF-8 character: its lowest
+      if (!moved && m.mode_ == Mode::utf8 && m.feed(continuation)) {
+        out.push_back(static_cast<char>(continuation));
+        moved = true;
+      }
+      if (!moved) break;
+    }
+    return out;
+  }
 
   /// Equality of the whole state: equal matchers accept the same continuations.
   bool operator==(const JsonMatcher&) const = default;

@@ -48,6 +48,14 @@ final class Native {
       byte[][] stopStrings, boolean ignoreEos, boolean addSpecial, boolean parseSpecial,
       CallbackBridge bridge, double[] stats);
 
+  /** kind: edgellm_constraint_kind; source and choices may be null. */
+  static native long constraintCompile(int kind, byte[] source, byte[][] choices);
+  static native void constraintFree(long constraint);
+  /** constraint 0: none (free text). */
+  static native void sessionSetConstraint(long session, long constraint);
+  /** out gets {complete, forced}. */
+  static native void sessionConstraintResult(long session, int[] out);
+
   static native void savePromptCache(long session, byte[] path);
   static native long loadPromptCache(long session, byte[] path);
 

@@ -133,6 +133,51 @@ public final class Session implements AutoCloseable {
     }
   }
 
+  /**
+   * Constrains every following generate() call until set again ({@link Constraint}); null
+   * returns to free text. The session keeps its own reference: the Constraint may be closed
+   * afterwards. A constrained generate() with {@link GenerateOptions#withIgnoreEos} true is
+   * refused (EdgellmException INVALID_ARGUMENT): the document could never end.
+   *
+   * @throws EdgellmException for a model loaded without a tokenizer
+   * @throws IllegalStateException when the constraint is closed
+   */
+  public void setConstraint(Constraint constraint) {
+    long h = acquire();
+    try {
+      if (constraint == null) {
+        Native.sessionSetConstraint(h, 0);
+        return;
+      }
+      long c = constraint.acquire();
+      try {
+        Native.sessionSetConstraint(h, c);
+      } finally {
+        constraint.release();
+      }
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * How the latest generate() call went under its constraint: a whole document or not, and
+   * whether the token budget forced the closing.
+   *
+   * @throws EdgellmException (INVALID_ARGUMENT) when the latest call was not constrained,
+   *     failed, or there was none since the session was created or reset
+   */
+  public ConstraintResult constraintResult() {
+    int[] out = new int[2];
+    long h = acquire();
+    try {
+      Native.sessionConstraintResult(h, out);
+    } finally {
+      release();
+    }
+    return new ConstraintResult(out[0] != 0, out[1] != 0);
+  }
+
   /** Tokens the session's cache holds. */
   public long position() {
     long h = acquire();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 package dev.edgellm.test;
 
+import dev.edgellm.Constraint;
+import dev.edgellm.ConstraintResult;
 import dev.edgellm.EdgellmException;
 import dev.edgellm.Edgellm;
 import dev.edgellm.GenerateOptions;
@@ -232,6 +234,8 @@ public final class ApiTest {
             "a missing prompt cache names the file: " + t);
       }
 
+      checkConstraints(model);
+
       // A context beyond the model's positions is refused.
       Throwable tooLong = thrown(() -> model.newSession(greedy().withContextSize(100000)));
       check(tooLong instanceof EdgellmException
@@ -314,6 +318,66 @@ public final class ApiTest {
 
     System.out.printf("%d failure(s), %.2f s%n", failures, (System.nanoTime() - t0) / 1e9);
     System.exit(failures == 0 ? 0 : 1);
+  }
+
+  /** Constrained decoding: choices, a JSON Schema, errors, and back to free text. */
+  private static void checkConstraints(Model model) {
+    final String[] choices = {"light", "darkness", "the waters"};
+    final GenerateOptions sixteen = GenerateOptions.defaults().withMaxNewTokens(16);
+    try (Session s = model.newSession(greedy())) {
+      Throwable t = thrown(s::constraintResult);
+      check(t instanceof EdgellmException && t.getMessage().contains("not constrained"),
+          "constraintResult() before a constrained generation throws: " + t);
+      try (Constraint c = Constraint.choices(choices)) {
+        check(c.kind() == Constraint.Kind.CHOICES, "kind() == CHOICES");
+        s.setConstraint(c);
+      } // closed at once: the session keeps its own reference
+      Run r = generate(s, "And God said, Let there be", sixteen);
+      ConstraintResult cr = s.constraintResult();
+      check(Arrays.asList(choices).contains(r.text.toString()) && cr.complete()
+              && r.stats.stopReason() == StopReason.EOS,
+          "choices: the output is one of them: \"" + r.text + "\" " + cr);
+      t = thrown(() -> s.generate("And God said", sixteen.withIgnoreEos(true), null));
+      check(t instanceof EdgellmException && t.getMessage().contains("ignore_eos"),
+          "ignoreEos under a constraint is refused: " + t);
+
+      String schema = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\","
+          + "\"maxLength\":12},\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150}},"
+          + "\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
+      try (Constraint c = Constraint.jsonSchema(schema)) {
+        s.setConstraint(c);
+      }
+      // JSON may have whitespace around it.
+      String json = generate(s, "And God said", sixteen.withMaxNewTokens(48)).text.toString().trim();
+      cr = s.constraintResult();
+      check(cr.complete() && json.startsWith("{") && json.endsWith("}")
+              && json.contains("\"name\"") && json.contains("\"age\""),
+          "JSON Schema: a whole object: " + json + " " + cr);
+
+      t = thrown(() -> Constraint.jsonSchema("{\"type\":\"object\",\"not\":{}}"));
+      check(t instanceof EdgellmException
+              && ((EdgellmException) t).status() == EdgellmException.Status.UNSUPPORTED
+              && t.getMessage().contains("\"not\""),
+          "a schema keyword not handled is named: " + t);
+      t = thrown(() -> Constraint.grammar("root ::= ("));
+      check(t instanceof EdgellmException && t.getMessage().contains("source: "),
+          "a grammar that does not parse is refused: " + t);
+      t = thrown(() -> Constraint.choices());
+      check(t instanceof IllegalArgumentException, "no choices is refused: " + t);
+      Constraint closed = Constraint.regex("[0-9]+");
+      closed.close();
+      t = thrown(() -> s.setConstraint(closed));
+      check(t instanceof IllegalStateException, "setConstraint(closed) throws: " + t);
+
+      s.setConstraint(null);
+      s.reset();
+      GenerateOptions eight = GenerateOptions.defaults().withMaxNewTokens(8).withIgnoreEos(true);
+      Run free = generate(s, "And God said", eight);
+      try (Session plain = model.newSession(greedy())) {
+        check(free.tokens.equals(generate(plain, "And God said", eight).tokens),
+            "setConstraint(null) returns to free text");
+      }
+    }
   }
 
   /** A Session and a Model never closed: the Cleaner frees them and logs a warning each. */

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 package dev.edgellm.test;
 
+import dev.edgellm.Constraint;
 import dev.edgellm.GenerateOptions;
 import dev.edgellm.Model;
 import dev.edgellm.Sampling;
@@ -12,10 +13,11 @@ import java.nio.file.Files;
 import java.nio.file.Paths;
 
 /**
- * 100 cycles of load / new session / generate / close: the anonymous resident set (RssAnon:
- * heap and native allocations, not the mmapped model's pages, which the kernel may drop under
- * memory pressure from other processes) after the last cycle must not exceed its value after
- * the first by more than 5 MB (native memory is released on close, not at some later GC).
+ * 100 cycles of load / new session / generate / constrained generate / close: the anonymous
+ * resident set (RssAnon: heap and native allocations, not the mmapped model's pages, which the
+ * kernel may drop under memory pressure from other processes) after the last cycle must not
+ * exceed its value after the first by more than 5 MB (native memory is released on close, not
+ * at some later GC).
  * Usage: LeakTest MODEL_DIR [CYCLES]
  */
 public final class LeakTest {
@@ -43,6 +45,10 @@ public final class LeakTest {
     for (int i = 1; i <= cycles; ++i) {
       try (Model m = Model.load(dir); Session s = m.newSession(so)) {
         pieces += s.generateText("And God said", go).isEmpty() ? 0 : 1;
+        try (Constraint c = Constraint.choices("light", "darkness")) {
+          s.setConstraint(c);
+        }
+        pieces += s.generateText("And God said, Let there be", go).isEmpty() ? -1 : 0;
       }
       last = rssBytes();
       if (i == 1) first = last;
