@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checks tests/data/json_schemas independently of edgellm: every NAME.valid.jsonl line validates
 // against NAME.json under ajv (draft 2020-12), and every NAME.invalid.jsonl and NAME.approx.jsonl
-// line does not (approx lines are invalid instances that edgellm's grammar deliberately accepts).
+// line does not (approx lines are invalid instances that edgellm's grammar deliberately accepts;
+// NAME.refused.jsonl lines are valid instances it deliberately refuses, and validate),
+// and every NAME.generated.jsonl line (a JSON string: what the bundled model generated under the
+// schema, tools/make_json_schema_outputs.py) is a JSON text that validates.
 // ajv-formats is not assumed: the five formats json_schema.hpp supports are checked here, with
 // a real calendar for dates (so "2023-02-30" is invalid, as RFC 3339 says).
 // Run: NODE_PATH=/path/to/node_modules node tools/check_json_schema_fixtures.js [dir]
@@ -36,7 +39,7 @@ const formats = {
   },
 };
 
-let failures = 0, schemas = 0, instances = 0;
+let failures = 0, schemas = 0, instances = 0, generated = 0;
 for (const file of fs.readdirSync(dir).sort()) {
   if (!file.endsWith('.json')) continue;
   const name = file.slice(0, -5);
@@ -51,7 +54,8 @@ for (const file of fs.readdirSync(dir).sort()) {
     continue;
   }
   schemas++;
-  for (const [suffix, want] of [['valid', true], ['invalid', false], ['approx', false]]) {
+  for (const [suffix, want] of [['valid', true], ['invalid', false], ['approx', false],
+                                ['refused', true], ['generated', true]]) {
     const p = path.join(dir, `${name}.${suffix}.jsonl`);
     if (!fs.existsSync(p)) continue;
     const lines = fs.readFileSync(p, 'utf8').split('\n').filter((l) => l.length > 0);
@@ -59,7 +63,8 @@ for (const file of fs.readdirSync(dir).sort()) {
       instances++;
       let got;
       try {
-        got = validate(JSON.parse(line));
+        got = validate(JSON.parse(suffix === 'generated' ? JSON.parse(line) : line));
+        if (suffix === 'generated') generated++;
       } catch (e) {
         console.error(`${name}.${suffix}.jsonl:${i + 1}: not JSON: ${e.message}`);
         failures++;
@@ -72,5 +77,6 @@ for (const file of fs.readdirSync(dir).sort()) {
     });
   }
 }
-console.log(`${schemas} schemas, ${instances} instances, ${failures} disagreements`);
+console.log(`${schemas} schemas, ${instances} instances (${generated} generated outputs), ` +
+            `${failures} disagreements`);
 process.exit(failures === 0 ? 0 : 1);

@@ -2,11 +2,15 @@
 // json_schema_to_gbnf: grammar text for small schemas, errors that name the keyword and its JSON
 // pointer, and every fixture under tests/data/json_schemas (each checked against ajv by
 // tools/check_json_schema_fixtures.js): the grammar parses, valid instances are accepted whole,
-// invalid ones refused, and NAME.approx.jsonl (invalid instances the grammar deliberately
-// accepts: number bounds, calendar dates) accepted, so a tightened grammar shows up here.
+// invalid ones refused, NAME.approx.jsonl (invalid instances the grammar deliberately accepts:
+// fractional number bounds) accepted and NAME.refused.jsonl (valid instances it deliberately
+// refuses: leap days, exponents under bounds, member order) refused, so that a changed grammar
+// shows up here; what the bundled model generated under each (NAME.generated.jsonl, made by
+// tools/make_json_schema_outputs.py) is accepted whole.
 #include "edgellm/constrain/json_schema.hpp"
 
 #include "edgellm/constrain/grammar.hpp"
+#include "edgellm/io/json.hpp"
 #include "edgellm/constrain/grammar_matcher.hpp"
 #include "support/prelude.hpp"
 #include "support/test_env.hpp"
@@ -148,10 +152,20 @@ TEST_CASE("json_schema_to_gbnf: every fixture schema, valid and invalid instance
     Accepts accepts(ss.str());
     for (const auto& [suffix, want] :
          {std::pair{".valid.jsonl", true}, std::pair{".invalid.jsonl", false},
-          std::pair{".approx.jsonl", true}}) {
+          std::pair{".approx.jsonl", true}, std::pair{".refused.jsonl", false},
+          std::pair{".generated.jsonl", true}}) {
+      const bool generated = std::string_view(suffix) == ".generated.jsonl";
       for (const auto& line : lines_of(dir / (stem + suffix))) {
         INFO(suffix << ": " << line);
-        CHECK(accepts(line) == want);
+        // A generated output is a JSON string holding what the model wrote.
+        std::string text = line;
+        if (generated) {
+          auto v = edgellm::io::json::parse(line, "generated");
+          REQUIRE(v);
+          REQUIRE(v->is_string());
+          text = v->as_string();
+        }
+        CHECK(accepts(text) == want);
         ++instances;
       }
     }

@@ -18,10 +18,14 @@
 //   items, prefixItems, minItems, maxItems;
 //   minLength, maxLength (counted in characters, an escape counting as one), pattern (through
 //     constrain/regex.hpp, ECMAScript search semantics: anchor with ^...$ for tight grammars),
-//     format date, time, date-time, uuid, email (see format_rule: RFC 3339 shapes, months 01-12
-//     and days 01-31 without a calendar check; email is a dot-atom local part @ a dotted host);
+//     format date, time, date-time, uuid, email (see format_rule: RFC 3339 shapes, each month's
+//     days, February's to the 28th (leap days refused); email is a dot-atom local part @ a
+//     dotted host);
 //   minimum, maximum, exclusiveMinimum, exclusiveMaximum: exact for integers (a digit-range
-//     grammar); for numbers only "no minus sign" when the lower bound is >= 0 (approximate);
+//     grammar), and for numbers whose bounds are whole and >= 0 (written without exponent);
+//     fractional bounds >= 0 are rounded inwards to whole ones (accepts less: 0.5 under
+//     minimum 0.5 is refused) unless no whole number lies between them; other number bounds
+//     only "no minus sign" when the lower bound is >= 0 (approximate);
 //   anyOf, oneOf (treated as anyOf: a grammar cannot exclude the overlap), allOf when the parts
 //     merge trivially (disjoint keywords, union of properties and required), sibling keywords
 //     next to anyOf/oneOf/$ref (merged into each branch the same way);
@@ -33,7 +37,8 @@
 //   "-0" is refused where bounds apply; strings must spell characters JSON need not escape
 //   unescaped inside a `pattern`/format; known keys are excluded from additional properties only
 //   in their plain spelling (accepts more: "\u0061" for "a"); a lone surrogate escape in a string
-//   is accepted (accepts more); number bounds other than the sign are not enforced (accepts more).
+//   is accepted (accepts more); number bounds that are fractional or negative are not enforced
+//   beyond the sign (accepts more).
 // White space: after every token, at most one space or one newline with up to 20 spaces/tabs,
 // so a model cannot loop on blank space; none before the first token.
 #pragma once
@@ -753,9 +758,11 @@ class SchemaCompiler {
   // The inside of a formatted string, or "" for an unknown format.
   std::string format_rule(const std::string& f) {
     static const std::map<std::string, std::string> bodies = {
+        // Days by month; February to the 28th (a leap day needs the year's arithmetic).
         {"format-date",
-         "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" "
-         "[01] )"},
+         "[0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | "
+         "\"3\" [01] ) | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
+         "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )"},
         {"format-time",
          "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )? "
          "( [zZ] | [+\\x2D] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
@@ -807,6 +814,21 @@ class SchemaCompiler {
       }
     }
     if (!integer) {
+      // Bounds >= 0: exact when whole; a fractional one is rounded inwards (to the whole
+      // numbers inside it: a subset, so what is generated is valid) unless nothing is left.
+      const auto fits = [](std::optional<double> d) { return d && *d >= 0 && *d < 1e15; };
+      if (fits(lo_d) && (!hi_d || fits(hi_d))) {
+        const double lo_w = std::ceil(*lo_d);
+        const bool lo_ws = lo_strict && lo_w == *lo_d;
+        std::optional<double> hi_w;
+        bool hi_ws = false;
+        if (hi_d) {
+          hi_w = std::floor(*hi_d);
+          hi_ws = hi_strict && *hi_w == *hi_d;
+        }
+        if (!hi_w || lo_w < *hi_w || (lo_w == *hi_w && !lo_ws && !hi_ws))
+          return bounded_number(lo_w, lo_ws, hi_w, hi_ws, ptr);
+      }
       if (lo_d && *lo_d >= 0) {
         prim("ws");
         return "( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )? ws";
@@ -840,6 +862,30 @@ class SchemaCompiler {
       if (lo) b = mag(*lo);
       alts.push_back("\"-\" " + wrap(uint_range(a, b)));
     }
+    std::string out;
+    for (const auto& a : alts) out += (out.empty() ? "" : " | ") + a;
+    prim("ws");
+    return "( " + out + " ) ws";
+  }
+
+  // Numbers in [lo, hi] (either end exclusive when strict; hi absent: unbounded), lo and hi
+  // whole and >= 0: exact, written without exponent (a spelling with one is refused).
+  std::string bounded_number(double lo_d, bool lo_strict, std::optional<double> hi_d,
+                             bool hi_strict, const std::string& ptr) {
+    const auto lo = static_cast<std::uint64_t>(lo_d);
+    std::optional<std::uint64_t> hi;
+    if (hi_d) hi = static_cast<std::uint64_t>(*hi_d);
+    const std::uint64_t from = lo_strict ? lo + 1 : lo;  // integer parts with any fraction
+    std::vector<std::string> alts;
+    if (!hi)
+      alts.push_back(wrap(uint_range(from, std::nullopt)) + " ( \".\" [0-9]+ )?");
+    else if (*hi >= 1 && from <= *hi - 1)
+      alts.push_back(wrap(uint_range(from, *hi - 1)) + " ( \".\" [0-9]+ )?");
+    if (lo_strict && (!hi || lo < *hi))  // lo itself with a fraction that is not all zeros
+      alts.push_back("\"" + std::to_string(lo) + ".\" \"0\"* [1-9] [0-9]*");
+    if (hi && !hi_strict && (*hi > lo || !lo_strict))  // hi itself, any zero fraction
+      alts.push_back("\"" + std::to_string(*hi) + "\" ( \".\" \"0\"+ )?");
+    if (alts.empty()) return fail(errc::invalid_argument, "empty number range at " + at(ptr));
     std::string out;
     for (const auto& a : alts) out += (out.empty() ? "" : " | ") + a;
     prim("ws");
