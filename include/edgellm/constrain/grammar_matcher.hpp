@@ -110,8 +110,20 @@ class GrammarMatcher {
   bool can_continue() const noexcept {
     return n_stacks_ > (accepting() ? 1u : 0u);
   }
-  /// JsonMatcher's fast path for string bodies; a grammar has no such state.
-  bool in_string_body() const noexcept { return false; }
+  /// Every plain byte (TokenTrie::is_plain: printable ASCII but '"' and '\\') is accepted here
+  /// and leads back to this very state, so any run of them is: a constraint may then allow
+  /// every plain token at once (the body of a string without a length bound, free text). Up to
+  /// 93 advances; a constraint asks once per mask it walks.
+  bool in_string_body() const {
+    if (remain_ != 0 || n_stacks_ == 0) return false;
+    GrammarMatcher next = *this;
+    for (unsigned c = 0x20; c < 0x7F; ++c) {
+      if (c == '"' || c == '\\') continue;
+      next = *this;
+      if (!next.advance(static_cast<unsigned char>(c)) || !(next == *this)) return false;
+    }
+    return true;
+  }
   /// Stacks in the state (for tests and diagnostics).
   std::size_t stack_count() const noexcept { return n_stacks_; }
   const std::shared_ptr<const Grammar>& grammar() const noexcept { return grammar_; }

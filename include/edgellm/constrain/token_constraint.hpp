@@ -196,12 +196,18 @@ class TokenConstraint final : public DocumentConstraint {
         if (static_cast<std::size_t>(id) < logits.size())
           stop_logits_.push_back(logits[static_cast<std::size_t>(id)]);
     constexpr float kOff = -std::numeric_limits<float>::infinity();
-    // A word at a time: whole words allowed (most of them, inside a string) are skipped.
+    // A word at a time: whole words allowed (most of them, inside a string) are skipped, whole
+    // words refused (most of them elsewhere) filled at once.
     const std::size_t n = logits.size();
     for (std::size_t w = 0; w * 64 < n; ++w) {
       const std::uint64_t bits = w < mask->size() ? (*mask)[w] : 0;
       if (bits == ~std::uint64_t{0}) continue;
       const std::size_t end = std::min(n, w * 64 + 64);
+      if (bits == 0) {
+        std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 64),
+                  logits.begin() + static_cast<std::ptrdiff_t>(end), kOff);
+        continue;
+      }
       for (std::size_t i = w * 64; i < end; ++i)
         if (((bits >> (i - w * 64)) & 1) == 0) logits[i] = kOff;
     }
@@ -266,15 +272,16 @@ class TokenConstraint final : public DocumentConstraint {
     return *last_;
   }
 
-  /// The specification of the walk: every token fed alone to a copy of `state`, and the stop
-  /// ids where the document is whole.
+  /// The specification of mask_for: every token fed alone to a copy of `state`; the stop ids
+  /// alone where the document is whole and nothing may follow (where it is whole and may go
+  /// on, apply() lets the stop ids through beside the mask).
   TokenMask mask_scalar(const Matcher& state) const {
     TokenMask mask = empty_mask();
     for (std::size_t k = 0; k < trie_->size(); ++k) {
       Matcher m = state;
       if (m.feed(trie_->bytes(k))) mask_set(mask, trie_->id(k));
     }
-    if (state.accepting())
+    if (state.accepting() && !state.can_continue())
       for (const std::int32_t id : stop_ids_) mask_set(mask, id);
     return mask;
   }

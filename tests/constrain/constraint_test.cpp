@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+// constrain::Constraint on the bundled model: errors name what was wrong in each kind of source;
+// under a grammar (a JSON Schema's) the trie walk gives the scalar twin's mask in every state met
+// along valid instances (the plain-token fast path included); sampled generations under schemas
+// always end whole within their token budget and are sentences of the grammar; speculative
+// decoding under a schema gives plain decoding's greedy tokens; choices, regex and GBNF.
+#include "edgellm/constrain/constraint.hpp"
+
+#include "edgellm/io/json.hpp"
+#include "edgellm/io/mapped_file.hpp"
+#include "edgellm/session.hpp"
+#include "support/prelude.hpp"
+#include "support/test_env.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace test_constraint {
+
+using namespace edgellm;
+using constrain::Constraint;
+using constrain::ConstraintKind;
+using constrain::GrammarMatcher;
+
+std::shared_ptr<const Engine> engine() {
+  static const auto e = [] {
+    auto r = Engine::load(test::source_dir() + "/models/kjv-target-awq");
+    REQUIRE(r);
+    return *r;
+  }();
+  return e;
+}
+
+std::shared_ptr<const constrain::TokenTrie> trie() {
+  static const auto t = [] {
+    auto r = constrain::TokenTrie::build(*engine()->tokenizer(), engine()->config().vocab_size);
+    REQUIRE(r);
+    return *r;
+  }();
+  return t;
+}
+
+std::vector<std::int32_t> stops() {
+  return {engine()->eos_ids().begin(), engine()->eos_ids().end()};
+}
+
+std::string fixture(const std::string& name) {
+  auto text = io::read_text_file(test::source_dir() + "/tests/data/json_schemas/" + name);
+  REQUIRE(text);
+  return *text;
+}
+
+std::shared_ptr<const constrain::Grammar> schema_grammar(const std::string& schema) {
+  auto gbnf = constrain::json_schema_to_gbnf(std::string_view(schema));
+  REQUIRE(gbnf);
+  auto g = constrain::parse_gbnf(*gbnf);
+  REQUIRE(g);
+  return *g;
+}
+
+// Schemas of different shapes (objects with optional members, arrays, nesting, enums, numbers).
+const char* const kSchemas[] = {"additional_properties_schema", "array_of_objects",
+                                "string_enum",                  "deep_nesting",
+                                "number_bounded_unit",          "flat_object_optional",
+                                "recursive_tree",               "string_lengths"};
+
+TEST_CASE("Constraint::compile: errors name the keyword, line or offset", "[constrain]") {
+  using S = constrain::ConstraintSpec;
+  auto schema = Constraint::compile(S{.kind = ConstraintKind::json_schema,
+                                      .source = R"({"type":"object","properties":{"a":{"not":{}}}})"});
+  REQUIRE_FALSE(schema);
+  CHECK_THAT(schema.error().message, Contains("\"not\"") && Contains("/properties/a"));
+  auto gbnf = Constraint::compile(S{.kind = ConstraintKind::grammar, .source = "root ::= \"a\" (b"});
+  REQUIRE_FALSE(gbnf);
+  CHECK_THAT(gbnf.error().message, Contains("1:"));
+  CHECK_FALSE(Constraint::compile(S{.kind = ConstraintKind::grammar, .source = "a ::= \"x\""}));
+  auto regex = Constraint::compile(S{.kind = ConstraintKind::regex, .source = "a(?=b)"});
+  REQUIRE_FALSE(regex);
+  CHECK_THAT(regex.error().message, Contains("offset"));
+  CHECK_FALSE(Constraint::compile(S{.kind = ConstraintKind::choices}));
+  CHECK_FALSE(Constraint::compile(S{.kind = ConstraintKind::json_schema, .source = "{"}));
+  auto ok = Constraint::compile(S{.kind = ConstraintKind::json_schema, .source = "true"});
+  REQUIRE(ok);
+  CHECK_FALSE((*ok)->gbnf().empty());
+  CHECK_FALSE((*ok)->start(nullptr, stops(), 0, 0));
+  CHECK_FALSE((*ok)->start(trie(), {}, 0, 0));
+}
+
+TEST_CASE("Grammar constraint: the trie walk equals the scalar twin in every state", "[constrain]") {
+  std::size_t states = 0, plain_states = 0;
+  for (const char* name : kSchemas) {
+    INFO(name);
+    const std::string valid = fixture(std::string(name) + ".valid.jsonl");
+    const std::string instance = valid.substr(0, valid.find('\n'));
+    const auto grammar = schema_grammar(fixture(std::string(name) + ".json"));
+    auto c = constrain::TokenConstraint<GrammarMatcher>::create(trie(), stops(), 0,
+                                                                GrammarMatcher(grammar));
+    REQUIRE(c);
+    auto ids = engine()->tokenizer()->encode(instance, {.add_special = false});
+    REQUIRE(ids);
+    GrammarMatcher m(grammar);
+    for (std::size_t k = 0; k <= ids->size(); ++k) {
+      INFO("after " << k << " tokens of " << instance);
+      REQUIRE((*c)->mask_for(m) == (*c)->mask_scalar(m));
+      ++states;
+      plain_states += m.in_string_body() ? 1 : 0;
+      if (k < ids->size()) REQUIRE(m.feed(*trie()->bytes_of((*ids)[k])));
+    }
+    CHECK(m.accepting());
+  }
+  CHECK(states > 60);
+  CHECK(plain_states > 0);  // string bodies met: the fast path was compared too
+}
+
+TEST_CASE("Schema-constrained generations end whole within their budget", "[constrain]") {
+  auto session = Session::create(engine(), {});
+  REQUIRE(session);
+  auto prompt = engine()->tokenizer()->encode("And God said", {});
+  REQUIRE(prompt);
+  std::size_t forced = 0;
+  for (const char* name : kSchemas) {
+    const std::string schema = fixture(std::string(name) + ".json");
+    auto compiled = Constraint::compile({.kind = ConstraintKind::json_schema, .source = schema});
+    REQUIRE(compiled);
+    // Room for the smallest document of each (deep_nesting's is 32 bytes) at a byte per token.
+    for (const std::size_t budget : {40u, 64u}) {
+      decode::SamplingOptions so;
+      so.seed = budget;
+      so.temperature = 1.0f;
+      REQUIRE(session->set_sampling(so));
+      auto c = (*compiled)->start(trie(), stops(), prompt->size(), budget);
+      REQUIRE(c);
+      GenerateOptions go;
+      go.max_new_tokens = budget;
+      go.logits_processor = c->get();
+      auto out = session->generate(std::span<const std::int32_t>(*prompt), go);
+      REQUIRE(out);
+      std::string text;
+      for (const auto id : out->tokens) text += std::string(*trie()->bytes_of(id));
+      INFO(name << ", budget " << budget << ": " << text);
+      CHECK(out->stats.stop == decode::StopReason::eos);
+      CHECK(out->tokens.size() < budget);
+      GrammarMatcher m(schema_grammar(schema));
+      CHECK(m.feed(text));
+      CHECK(m.accepting());
+      CHECK((*c)->complete());
+      CHECK(json::parse(text, "generated", {.reject_duplicate_keys = false}));
+      forced += (*c)->forced() ? 1 : 0;
+    }
+  }
+  UNSCOPED_INFO(forced << " generations had the budget override the model");
+}
+
+TEST_CASE("Schema constraint under speculative decoding: greedy output unchanged", "[constrain]") {
+  auto draft = Engine::load(test::source_dir() + "/models/kjv-draft-awq",
+                            EngineOptions::draft_of({}));
+  REQUIRE(draft);
+  auto prompt = engine()->tokenizer()->encode("And God said", {});
+  REQUIRE(prompt);
+  auto compiled = Constraint::compile(
+      {.kind = ConstraintKind::json_schema, .source = fixture("array_of_objects.json")});
+  REQUIRE(compiled);
+  const auto run = [&](bool speculative) {
+    SessionOptions so;
+    so.sampling = decode::SamplingOptions::greedy();
+    if (speculative) so.draft = *draft;
+    auto session = Session::create(engine(), so);
+    REQUIRE(session);
+    auto c = (*compiled)->start(trie(), stops(), prompt->size(), 48);
+    REQUIRE(c);
+    GenerateOptions go;
+    go.max_new_tokens = 48;
+    go.logits_processor = c->get();
+    auto out = session->generate(std::span<const std::int32_t>(*prompt), go);
+    REQUIRE(out);
+    CHECK(out->stats.stop == decode::StopReason::eos);
+    return out->tokens;
+  };
+  CHECK(run(true) == run(false));
+}
+
+TEST_CASE("Choices, regular expressions and GBNF constrain generations", "[constrain]") {
+  auto session = Session::create(engine(), {});
+  REQUIRE(session);
+  auto prompt = engine()->tokenizer()->encode("And God said", {});
+  REQUIRE(prompt);
+  const auto generate = [&](const constrain::ConstraintSpec& spec, std::size_t budget) {
+    auto compiled = Constraint::compile(spec);
+    REQUIRE(compiled);
+    auto c = (*compiled)->start(trie(), stops(), prompt->size(), budget);
+    REQUIRE(c);
+    GenerateOptions go;
+    go.max_new_tokens = budget;
+    go.logits_processor = c->get();
+    auto out = session->generate(std::span<const std::int32_t>(*prompt), go);
+    REQUIRE(out);
+    CHECK(out->stats.stop == decode::StopReason::eos);
+    std::string text;
+    for (const auto id : out->tokens) text += std::string(*trie()->bytes_of(id));
+    return text;
+  };
+  const std::vector<std::string> choices{"light", "darkness", "the waters"};
+  const std::string chosen = generate({.kind = ConstraintKind::choices, .choices = choices}, 8);
+  CHECK(std::find(choices.begin(), choices.end(), chosen) != choices.end());
+  const std::string date = generate(
+      {.kind = ConstraintKind::regex, .source = "[0-9]{4}-(0[1-9]|1[0-2])-[0-2][0-9]"}, 16);
+  CHECK(date.size() == 10);
+  CHECK(date[4] == '-');
+  auto list = io::read_text_file(test::source_dir() + "/tests/data/grammars/list.gbnf");
+  REQUIRE(list);
+  const std::string items = generate({.kind = ConstraintKind::grammar, .source = *list}, 32);
+  CHECK(items.starts_with("- "));
+  CHECK(items.ends_with("\n"));
+}
+
+}  // namespace test_constraint
