@@ -8,6 +8,7 @@
 #include "edgellm/session.hpp"
 #include "edgellm/model/chat_template.hpp"
 #include "edgellm/constrain/constraint.hpp"
+#include "edgellm/constrain/tool_calls.hpp"
 #include "edgellm/detail/cpu_topology.hpp"
 #include "edgellm/detail/unicode.hpp"
 #include "edgellm/io/mapped_file.hpp"
@@ -114,6 +115,14 @@ struct Args {
   constrain::ConstraintSpec constraint_spec;
   std::shared_ptr<const constrain::Constraint> constraint;  // compiled before the load
   bool print_grammar = false;
+  // --tools: the OpenAI tools array and --tool-choice; read_tools() fills the rest before the
+  // load: the checkpoint's chat template, its call format, the rendered prompt, the call grammar
+  std::string tools_file, tool_choice = "auto";
+  io::json::Value tools_json;
+  std::optional<model::ChatTemplate> tools_template;
+  constrain::ToolCallFormat tools_format = constrain::ToolCallFormat::qwen;
+  std::string tools_prompt;
+  std::shared_ptr<const constrain::ToolCallGrammar> tools_grammar;  // null: --tool-choice none
   std::vector<std::string> given;  ///< every spelling of every flag on the command line
   bool was_given(std::string_view flag) const {
     return std::find(given.begin(), given.end(), flag) != given.end();
@@ -221,7 +230,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                     "a note on stderr, and the chat goes on. A line that is not UTF-8 is\n"
                     "reported and skipped",
                     a.chat),
-      flag::string({"--system"}, "TEXT", "system message for --chat", a.system),
+      flag::string({"--system"}, "TEXT", "system message for --chat or --tools", a.system),
   };
   constexpr std::size_t kMaxCount = 1000000000;  // -n, --top-k, --repeat-last-n
   const std::vector<flag> generation{
@@ -308,6 +317,24 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                    constrain_by("--choice", constrain::ConstraintKind::choices)),
       flag::boolean({"--print-grammar"},
                     "print the GBNF grammar the constraint compiles to, and exit", a.print_grammar),
+      flag::string({"--tools"}, "FILE",
+                   "tool calls: FILE holds OpenAI's tools array. The prompt (-p/-f) is a user\n"
+                   "message (after the --system message, if given) rendered with the\n"
+                   "checkpoint's chat_template and its `tools`; a call the model opens is\n"
+                   "held to the tool's `parameters` schema (Qwen <tool_call>, Llama 3.1/3.2\n"
+                   "JSON, Mistral [TOOL_CALLS], told from the template). stdout is one JSON\n"
+                   "line: {\"text\": ..., \"tool_calls\": [{\"name\": ..., \"arguments\":\n"
+                   "{...}}]}. A checkpoint without a chat_template, or one whose template\n"
+                   "shows no tool calls, is refused",
+                   a.tools_file)
+          .non_empty(),
+      flag::string({"--tool-choice"}, "auto|none|required|NAME",
+                   "with --tools: auto (text or calls, the model decides), none (no\n"
+                   "constraint; the reply is all text), required (only calls) or the\n"
+                   "function NAME (one call of it)",
+                   a.tool_choice)
+          .non_empty()
+          .shows_default("auto"),
   };
   const std::vector<flag> output{
       flag::boolean({"--print-ids"}, "print the generated token ids as a JSON list instead of text",
@@ -337,9 +364,21 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
   if (a.chat && a.have_prompt_ids) return usage_error("--chat and --prompt-ids cannot be combined");
   if (!a.constraint_flag.empty() && a.chat)
     return usage_error(a.constraint_flag + ": not with --chat (constrain a single generation)");
-  if (a.print_grammar && a.constraint_flag.empty())
-    return usage_error("--print-grammar: give the constraint (--json-schema, --grammar, --regex "
-                       "or --choice)");
+  if (!a.tools_file.empty()) {
+    if (!a.constraint_flag.empty())
+      return usage_error("--tools and " + a.constraint_flag + " both constrain the output: choose one");
+    if (a.chat || a.have_prompt_ids || a.print_ids || !a.prompt_cache.empty())
+      return usage_error(std::string("--tools: not with ") +
+                         (a.chat ? "--chat (one user message: -p or -f)"
+                          : a.have_prompt_ids ? "--prompt-ids (the prompt is a user message: -p or -f)"
+                          : a.print_ids ? "--print-ids (stdout is the JSON reply)"
+                                        : "--prompt-cache"));
+  } else if (a.was_given("--tool-choice")) {
+    return usage_error("--tool-choice: only with --tools");
+  }
+  if (a.print_grammar && a.constraint_flag.empty() && a.tools_file.empty())
+    return usage_error("--print-grammar: give the constraint (--json-schema, --grammar, --regex, "
+                       "--choice or --tools)");
   // Each source of the prompt excludes the others: none is quietly ignored.
   if (a.was_given("--prompt") && (a.have_prompt_ids || !a.prompt_file.empty() || a.chat)) {
     return usage_error(std::string("--prompt and ") +
@@ -348,8 +387,9 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                                           : "--file") +
                        " both give the prompt: choose one");
   }
-  if (a.was_given("--system") && !a.chat)
-    return usage_error("--system: only with --chat/-i (a plain prompt has no system message)");
+  if (a.was_given("--system") && !a.chat && a.tools_file.empty())
+    return usage_error("--system: only with --chat/-i or --tools (a plain prompt has no system "
+                       "message)");
   if (!a.prompt_file.empty() && (a.chat || a.have_prompt_ids))
     return usage_error("--file gives the prompt: not with --chat or --prompt-ids");
   if (a.chat && !a.prompt_cache.empty())
@@ -518,6 +558,55 @@ status compile_constraint(Args& a) {
   auto c = constrain::Constraint::compile(a.constraint_spec);
   if (!c) return error{c.error().code, a.constraint_flag + ": " + c.error().message};
   a.constraint = std::move(*c);
+  return {};
+}
+
+// --tools, before the weights are loaded: the tools array, the checkpoint's chat template and
+// its call format, the conversation rendered with the tools, and the call grammar (unless
+// --tool-choice none). Errors name the flag.
+status read_tools(Args& a) {
+  const auto err = [](errc code, const std::string& msg) { return error{code, "--tools: " + msg}; };
+  auto text = io::read_text_file(a.tools_file, std::size_t{16} << 20);
+  if (!text) return err(errc::io_error, text.error().message);
+  auto doc = io::json::parse(*text, a.tools_file);
+  if (!doc) return err(doc.error().code, doc.error().message);
+  auto tools = constrain::parse_tools(*doc);
+  if (!tools) return err(tools.error().code, tools.error().message);
+  if (tools->empty()) return err(errc::invalid_argument, a.tools_file + ": the tools array is empty");
+  auto found = model::ChatTemplate::find(a.model);
+  if (!found) return err(found.error().code, "chat template: " + found.error().message);
+  if (!*found)
+    return err(errc::invalid_argument,
+               a.model + " has no chat_template in tokenizer_config.json: tool calls need the "
+               "checkpoint's own template (it renders the tools and says the call format)");
+  const auto format = constrain::detect_tool_call_format((*found)->source());
+  if (!format)
+    return err(errc::unsupported,
+               "the chat template of " + a.model + " shows no tool calls (Qwen <tool_call>, Llama "
+               "3.1/3.2 JSON with \"parameters\", Mistral [TOOL_CALLS])");
+  io::json::Array messages;
+  const auto message = [&messages](const char* role, const std::string& content) {
+    io::json::Object m;
+    m.append("role", role);
+    m.append("content", content);
+    messages.emplace_back(std::move(m));
+  };
+  if (!a.system.empty()) message("system", a.system);
+  message("user", a.prompt);
+  model::ChatRenderOptions ro;
+  ro.variables.emplace_back("tools", *doc);
+  auto rendered = (*found)->render_json(io::json::Value(std::move(messages)), ro);
+  if (!rendered) return err(rendered.error().code, rendered.error().message);
+  const constrain::ToolChoice choice = constrain::parse_tool_choice(a.tool_choice);
+  if (choice.mode != constrain::ToolChoice::Mode::none) {
+    auto g = constrain::ToolCallGrammar::compile(*tools, {.format = *format, .choice = choice});
+    if (!g) return err(g.error().code, g.error().message);
+    a.tools_grammar = std::move(*g);
+  }
+  a.tools_json = std::move(*doc);
+  a.tools_template = std::move(**found);
+  a.tools_format = *format;
+  a.tools_prompt = std::move(*rendered);
   return {};
 }
 
@@ -869,6 +958,66 @@ int run(const Args& a, Session& session) {
   return 0;
 }
 
+// --tools: the reply to the conversation read_tools() rendered, its calls held to the tools'
+// schemas from the moment one opens (--tool-choice auto) or from the first token (required,
+// NAME), printed as one JSON line: the text and the calls apart. Returns the exit status.
+int run_tools(const Args& a, Session& session) {
+  const auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "edgellm-generate: --tools: %s\n", msg.c_str());
+    return 1;
+  };
+  const model::Tokenizer& tokenizer = *session.engine()->tokenizer();
+  // The template writes its bos_token itself, as --chat's does.
+  auto prompt = tokenizer.encode(a.tools_prompt, {.add_special = false, .parse_special = true});
+  if (!prompt) return fail(prompt.error().message);
+  if (prompt->size() >= session.context_size())
+    return fail(fmt::format("the conversation with its tools ({} tokens) does not fit the context "
+                            "of {} (raise --context)", prompt->size(), session.context_size()));
+  GenerateOptions go;
+  go.max_new_tokens = a.max_tokens;
+  go.stop_strings = a.stops;
+  go.ignore_eos = a.ignore_eos;
+  if (const auto& eos = a.tools_template->eos_token())
+    if (auto id = tokenizer.token_to_id(*eos)) go.stop_ids.push_back(*id);
+  if (auto im_end = tokenizer.token_to_id("<|im_end|>")) go.stop_ids.push_back(*im_end);
+  std::unique_ptr<constrain::ToolCallConstraint> constraint;
+  if (a.tools_grammar) {
+    if (a.ignore_eos) return fail("needs the model's eos ids to end a call (not with --ignore-eos)");
+    auto trie = constrain::tool_call_trie(tokenizer, session.engine()->config().vocab_size,
+                                          a.tools_format);
+    if (!trie) return fail(trie.error().message);
+    std::vector<std::int32_t> stops(session.engine()->eos_ids().begin(),
+                                    session.engine()->eos_ids().end());
+    stops.insert(stops.end(), go.stop_ids.begin(), go.stop_ids.end());
+    auto c = a.tools_grammar->start(std::move(*trie), std::move(stops), prompt->size(),
+                                    a.max_tokens == kNoTokenLimit ? 0 : a.max_tokens);
+    if (!c) return fail(c.error().message);
+    constraint = std::move(*c);
+    go.logits_processor = constraint.get();
+  }
+  auto out = session.generate(std::span<const std::int32_t>(*prompt), go);
+  if (!out) return fail(out.error().message);
+  // Markers that are special tokens ([TOOL_CALLS]) stay in the text that is parsed.
+  const std::string reply = tokenizer.decode(out->tokens, false);
+  constrain::ParsedReply parsed;
+  if (a.tools_grammar)
+    parsed = constrain::parse_tool_calls(reply, a.tools_format);
+  else
+    parsed.text = reply;  // --tool-choice none: all text
+  if (a.tools_grammar && out->stats.stop != decode::StopReason::eos)
+    std::fprintf(stderr, "edgellm-generate: warning: --tools: the reply was cut (stop: %s); a call "
+                 "it opened is left in the text\n", decode::to_string(out->stats.stop));
+  std::string line = "{\"text\": " + io::json::escape(parsed.text) + ", \"tool_calls\": [";
+  for (std::size_t i = 0; i < parsed.calls.size(); ++i)
+    line += fmt::format("{}{{\"name\": {}, \"arguments\": {}}}", i ? ", " : "",
+                        io::json::escape(parsed.calls[i].name), parsed.calls[i].arguments);
+  line += "]}\n";
+  const bool written = std::fwrite(line.data(), 1, line.size(), stdout) == line.size();
+  if (const int rc = cli::finish_stdout(kProg, 0, written ? 0 : errno); rc != 0) return rc;
+  if (!a.quiet) print_stats(out->stats);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -903,6 +1052,14 @@ int main(int argc, char** argv) {
     if (auto st = compile_constraint(a); !st) return fail(st.error().message);
     if (a.print_grammar) {
       std::fputs(a.constraint->gbnf().c_str(), stdout);
+      return cli::finish_stdout(kProg, 0, 0);
+    }
+  }
+  if (!a.tools_file.empty() && fs::is_directory(a.model)) {  // read before anything is loaded
+    if (auto st = read_tools(a); !st) return fail(st.error().message);
+    if (a.print_grammar) {
+      if (!a.tools_grammar) return fail("--print-grammar: --tool-choice none has no grammar");
+      std::fputs(a.tools_grammar->gbnf().c_str(), stdout);
       return cli::finish_stdout(kProg, 0, 0);
     }
   }
@@ -1008,7 +1165,7 @@ int main(int argc, char** argv) {
     session = Session::create(*engine, so);
   }
   if (!session) return fail(session.error().message);
-  const int rc = run(a, *session);
+  const int rc = a.tools_file.empty() ? run(a, *session) : run_tools(a, *session);
   if (const decode::SpeculativeStats* st = session->speculative_stats(); st && !a.quiet) {
     const decode::SpeculativeOptions& sp = so.speculative;
     std::fprintf(stderr,

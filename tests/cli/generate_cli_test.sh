@@ -325,4 +325,27 @@ for kv in temperature:1e308 temperature:-1 top_p:1.5 repetition_penalty:1e39; do
 done
 cp "$tmp/gen.json" "$bw/generation_config.json"
 
+# Output constraints: what the output may be, checked before the load; each exclusive.
+expect "--json-schema: a refused keyword, before the load" 1 '--json-schema: \[json schema\] unsupported keyword "not" at #' -- "$bin" --model "$tmp/nope" --json-schema '{"type": "object", "not": {}}'
+expect "--json-schema: a missing file" 1 "--json-schema: .*nope.json" -- "$bin" --model "$model" --json-schema "$tmp/nope.json"
+expect "--grammar: a malformed grammar names line:column" 1 "--grammar: \[grammar\] 1:" -- "$bin" --model "$model" --grammar 'root ::= ("a"'
+expect "--regex: lookahead is refused" 1 "--regex: .*lookahead" -- "$bin" --model "$model" --regex 'a(?=b)'
+expect "two constraints" 2 "--regex and --json both constrain the output: choose one" -- "$bin" --model "$model" --regex a --json
+expect "a constraint with --chat" 2 "--json: not with --chat" -- "$bin" --model "$model" --json --chat
+expect "--print-grammar alone" 2 "--print-grammar: give the constraint" -- "$bin" --model "$model" --print-grammar
+expect "--print-grammar prints the schema's GBNF" 0 "^root ::=" -- "$bin" --json-schema '{"type": "integer", "minimum": 1, "maximum": 12}' --print-grammar
+choice=$("$bin" --model "$model" --choice light --choice darkness -n 8 --quiet --no-display-prompt 2>/dev/null)
+if [ "$choice" = light ] || [ "$choice" = darkness ]; then ok "--choice: one of the choices"; else fail "--choice gave '$choice'"; fi
+doc=$("$bin" --model "$model" --json-schema '{"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["n"], "additionalProperties": false}' -n 24 --seed 2 --temp 1 --quiet --no-display-prompt 2>/dev/null)
+if /usr/bin/python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert set(d)=={"n"} and 0<=d["n"]<=99' "$doc"; then
+  ok "--json-schema: a valid object within -n 24"
+else
+  fail "--json-schema gave '$doc'"
+fi
+printf '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]' >"$tmp/tools.json"
+expect "--tools on a checkpoint without a chat template" 1 "--tools: .*chat_template" -- "$bin" --model "$model" --tools "$tmp/tools.json"
+printf '[{"type": "function", "function": {"parameters": {}}}]' >"$tmp/bad_tools.json"
+expect "--tools: a function without a name" 1 "tools\[0\]\.function\.name: missing" -- "$bin" --model "$model" --tools "$tmp/bad_tools.json"
+expect "--tool-choice without --tools" 2 "--tool-choice: only with --tools" -- "$bin" --model "$model" --tool-choice none
+
 finish
