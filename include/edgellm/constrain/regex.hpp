@@ -28,6 +28,7 @@
 // accepts a subset of the JSON spellings of the matching strings (not "\u0041" for "A", nor "\/").
 #pragma once
 
+#include "edgellm/detail/utf8.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -85,23 +86,7 @@ inline bool contains(const CharSet& s, char32_t c) {
   return false;
 }
 
-inline void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
+using edgellm::detail::append_utf8;  // (out, code point)
 
 /// A code point as GBNF writes it inside "..." or [...]: letters and digits raw, other ASCII as
 /// \xHH, the rest as \uXXXX or \UXXXXXXXX (no quoting rules to get wrong).
