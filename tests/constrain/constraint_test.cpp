@@ -9,6 +9,7 @@
 #include "edgellm/io/json.hpp"
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/session.hpp"
+#include "support/bundled_engine.hpp"
 #include "support/prelude.hpp"
 #include "support/test_env.hpp"
 
@@ -26,14 +27,7 @@ using constrain::Constraint;
 using constrain::ConstraintKind;
 using constrain::GrammarMatcher;
 
-std::shared_ptr<const Engine> engine() {
-  static const auto e = [] {
-    auto r = Engine::load(test::source_dir() + "/models/kjv-target-awq");
-    REQUIRE(r);
-    return *r;
-  }();
-  return e;
-}
+std::shared_ptr<const Engine> engine() { return test::bundled_engine(); }
 
 std::shared_ptr<const constrain::TokenTrie> trie() {
   static const auto t = [] {

@@ -8,6 +8,7 @@
 
 #include "edgellm/io/json.hpp"
 #include "edgellm/session.hpp"
+#include "support/bundled_engine.hpp"
 #include "support/prelude.hpp"
 #include "support/test_env.hpp"
 
@@ -21,14 +22,7 @@ using namespace edgellm;
 using constrain::JsonConstraint;
 using constrain::JsonMatcher;
 
-std::shared_ptr<const Engine> engine() {
-  static const auto e = [] {
-    auto r = Engine::load(test::source_dir() + "/models/kjv-target-awq");
-    REQUIRE(r);
-    return *r;
-  }();
-  return e;
-}
+std::shared_ptr<const Engine> engine() { return test::bundled_engine(); }
 
 std::shared_ptr<const constrain::TokenTrie> trie() {
   auto t = constrain::TokenTrie::build(*engine()->tokenizer(), engine()->config().vocab_size);

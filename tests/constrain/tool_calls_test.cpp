@@ -11,6 +11,7 @@
 #include "edgellm/io/json.hpp"
 #include "edgellm/model/chat_template.hpp"
 #include "edgellm/session.hpp"
+#include "support/bundled_engine.hpp"
 #include "support/prelude.hpp"
 #include "support/test_env.hpp"
 
@@ -270,14 +271,7 @@ TEST_CASE("The call grammar holds names and arguments to the tools", "[constrain
 
 // ---- the real templates with the bundled model's weights and tokenizer ----
 
-std::shared_ptr<const Engine> engine() {
-  static const auto e = [] {
-    auto r = Engine::load(test::source_dir() + "/models/kjv-target-awq");
-    REQUIRE(r);
-    return *r;
-  }();
-  return e;
-}
+std::shared_ptr<const Engine> engine() { return test::bundled_engine(); }
 
 struct Family {
   const char* fixture;
