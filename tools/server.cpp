@@ -13,14 +13,23 @@
 // runs past --timeout, or the server shuts down (SIGTERM/SIGINT: stop accepting, let requests
 // in flight finish for --grace seconds, cancel the rest, exit 0).
 //
+// Structured replies: response_format json_object/json_schema and llama.cpp's "grammar" field
+// constrain the reply (constrain/constraint.hpp); tools/tool_choice/parallel_tool_calls render
+// the tools with the checkpoint's template, hold a call the model opens to the tools' schemas
+// (a lazy constraint, constrain/tool_calls.hpp) and answer OpenAI's tool_calls.
+//
 // HTTP is cpp-httplib's (one thread per connection from a pool of --http-threads); JSON is the
 // project's reader (io/json.hpp) and writer (io/json_write.hpp).
 #include "flags.hpp"
 #include "server/api_error.hpp"
+#include "server/compiled_cache.hpp"
 #include "server/connection.hpp"
+#include "server/messages.hpp"
 #include "server/slots.hpp"
+#include "server/tool_calls.hpp"
 
 #include <edgellm/constrain/constraint.hpp>
+#include <edgellm/constrain/tool_calls.hpp>
 #include <edgellm/io/json.hpp>
 #include <edgellm/io/json_write.hpp>
 #include <edgellm/model/chat_template.hpp>
@@ -37,7 +46,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
-#include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -103,6 +111,10 @@ struct Job {
   bool include_usage = false;
   // response_format json_object or json_schema, or llama.cpp's "grammar": the reply's language
   std::shared_ptr<const constrain::Constraint> constraint;
+  // tools: rendered by the template; with tool_grammar (tool_choice other than none) a call the
+  // model opens is held to the tools' schemas and the reply is parsed into tool_calls.
+  std::optional<ToolRequest> tools;
+  std::shared_ptr<const constrain::ToolCallGrammar> tool_grammar;
   std::vector<std::int32_t> prompt;
   GenerateOptions gen;
   decode::SamplingOptions sampling;
@@ -156,10 +168,11 @@ class Server {
       return bad_param("model", "model: expected a string");
     if (auto e = check_unsupported(v, chat)) return e;
     if (auto e = parse_constraint(v, job)) return e;
+    if (auto e = parse_tools(v, chat, job)) return e;
 
     std::string text;
     if (chat) {
-      auto rendered = render_messages(v.find("messages"));
+      auto rendered = render_messages(v.find("messages"), job.tools ? &job.tools->tools : nullptr);
       if (!rendered) return rendered.error_value;
       text = std::move(rendered.text);
     } else {
@@ -201,6 +214,8 @@ class Server {
     job.gen.add_special = false;  // the prompt goes in as ids
     job.gen.parse_special = false;
     if (chat) job.gen.stop_ids = chat_stop_ids_;
+    // A call's markers may be special tokens: they stay in the text that is parsed.
+    if (job.tool_grammar) job.gen.skip_special = false;
 
     if (const json::Value* s = v.find("stop"); s != nullptr && !s->is_null()) {
       if (s->is_string()) {
@@ -253,7 +268,10 @@ class Server {
   // not be delivered. Returns the generation, or an ApiError.
   struct Outcome {
     std::optional<Generation> generation;
-    std::string text;
+    std::string text;     // the reply as generated
+    std::string content;  // the reply without its tool calls (all of it when there are none)
+    std::vector<constrain::ToolCall> calls;
+    std::vector<std::string> call_ids;
     std::string finish_reason;
     ApiError error;
   };
@@ -276,9 +294,10 @@ class Server {
     bool stopped_by_us = false;
     GenerateOptions gen = job.gen;
     std::unique_ptr<constrain::DocumentConstraint> constraint;
+    std::unique_ptr<constrain::ToolCallConstraint> tool_constraint;
+    std::vector<std::int32_t> stops = job.gen.stop_ids;
+    stops.insert(stops.end(), engine_->eos_ids().begin(), engine_->eos_ids().end());
     if (job.constraint) {  // tokens that would leave the reply's language are masked
-      std::vector<std::int32_t> stops = job.gen.stop_ids;
-      stops.insert(stops.end(), engine_->eos_ids().begin(), engine_->eos_ids().end());
       auto c = job.constraint->start(trie_, std::move(stops), job.prompt.size(),
                                      job.gen.max_new_tokens);
       if (!c) {
@@ -288,6 +307,16 @@ class Server {
       }
       constraint = std::move(*c);
       gen.logits_processor = constraint.get();
+    } else if (job.tool_grammar) {  // free text, and a call opened is held to the tools
+      auto c = job.tool_grammar->start(tool_trie_, std::move(stops), job.prompt.size(),
+                                       job.gen.max_new_tokens);
+      if (!c) {
+        scheduler_.release(*slot);
+        out.error = server_fault(500, c.error().message);
+        return out;
+      }
+      tool_constraint = std::move(*c);
+      gen.logits_processor = tool_constraint.get();
     }
     auto generation = [&]() -> result<Generation> {
       if (auto st = session.set_sampling(job.sampling); !st) return st.error();
@@ -324,6 +353,17 @@ class Server {
       case decode::StopReason::stop_string: out.finish_reason = "stop"; break;
       default: out.finish_reason = "length"; break;  // budget, full context, cancelled
     }
+    out.content = out.text;
+    if (job.tool_grammar) {
+      constrain::ParsedReply parsed = constrain::parse_tool_calls(out.text, job.tools->spec.format);
+      if (!parsed.calls.empty()) {
+        out.content = std::move(parsed.text);
+        out.calls = std::move(parsed.calls);
+        for (std::size_t i = 0; i < out.calls.size(); ++i)
+          out.call_ids.push_back(fmt::format("call_{:016x}", next_request_id()));
+        if (st.stop == decode::StopReason::eos) out.finish_reason = "tool_calls";
+      }
+    }
     out.generation = std::move(*generation);
     return out;
   }
@@ -341,13 +381,15 @@ class Server {
 
   // One chunk of a streamed reply (`delta` text, or the final chunk with `finish_reason`).
   std::string chunk(const Job& job, std::optional<std::string_view> delta, bool first,
-                    const std::string& finish_reason) const {
+                    const std::string& finish_reason, const Outcome* calls = nullptr) const {
     json::Object choice;
     choice.append("index", 0);
     if (job.chat) {
       json::Object d;
       if (first) d.append("role", "assistant");
       if (delta) d.append("content", *delta);
+      if (calls != nullptr)
+        d.append("tool_calls", json::Value(tool_calls_json(calls->calls, calls->call_ids, true)));
       choice.append("delta", json::Value(std::move(d)));
     } else {
       choice.append("text", std::string(delta.value_or("")));
@@ -379,7 +421,10 @@ class Server {
     if (job.chat) {
       json::Object m;
       m.append("role", "assistant");
-      m.append("content", r.text);
+      // OpenAI's content is null in a reply that only calls tools.
+      m.append("content", r.calls.empty() || !r.content.empty() ? json::Value(r.content) : json::Value());
+      if (!r.calls.empty())
+        m.append("tool_calls", json::Value(tool_calls_json(r.calls, r.call_ids, false)));
       choice.append("message", json::Value(std::move(m)));
     } else {
       choice.append("text", r.text);
@@ -448,8 +493,15 @@ class Server {
     auto json_object = constrain::Constraint::compile({.kind = constrain::ConstraintKind::json_object});
     if (!json_object) return json_object.error();
     json_object_ = std::move(*json_object);
+    if (tool_format_) {
+      auto tt = constrain::tool_call_trie(*engine_->tokenizer(), engine_->config().vocab_size,
+                                          *tool_format_);
+      if (!tt) return tt.error();
+      tool_trie_ = std::move(*tt);
+    }
     return {};
   }
+  void set_tool_format(std::optional<constrain::ToolCallFormat> f) { tool_format_ = f; }
   void set_fingerprint(std::string f) { fingerprint_ = std::move(f); }
   const ServerOptions& options() const { return o_; }
 
@@ -460,65 +512,18 @@ class Server {
     explicit operator bool() const { return !error_value; }
   };
 
-  // The messages, checked and reduced to role and text, rendered by the checkpoint's template.
-  Rendered render_messages(const json::Value* messages) const {
+  // The messages, checked (server/messages.hpp), rendered by the checkpoint's template with the
+  // request's tools when it has some.
+  Rendered render_messages(const json::Value* messages, const json::Value* tools) const {
     Rendered r;
-    if (messages == nullptr || !messages->is_array() || messages->size() == 0) {
-      r.error_value = bad_param("messages", "messages: expected a non-empty array");
+    json::Array list;
+    if (auto e = template_messages(messages, o_.max_messages, list)) {
+      r.error_value = std::move(e);
       return r;
     }
-    if (messages->size() > o_.max_messages) {
-      r.error_value = bad_param("messages", fmt::format("messages: {} is more than this server's "
-                                                        "limit of {}",
-                                                        messages->size(), o_.max_messages));
-      return r;
-    }
-    std::vector<model::ChatMessage> list;
-    for (std::size_t i = 0; i < messages->size(); ++i) {
-      const json::Value& m = messages->as_array()[i];
-      const std::string where = fmt::format("messages[{}]", i);
-      const json::Value* role = m.find("role");
-      if (!m.is_object() || role == nullptr || !role->is_string()) {
-        r.error_value = bad_param(where, where + ": expected an object with a string \"role\"");
-        return r;
-      }
-      const std::string& rl = role->as_string();
-      if (rl != "system" && rl != "developer" && rl != "user" && rl != "assistant") {
-        r.error_value = bad_param(where + ".role",
-                                  where + ".role: '" + rl +
-                                      "' is not supported (system, developer, user, assistant)");
-        return r;
-      }
-      if (m.find("tool_calls") != nullptr) {
-        r.error_value = bad_param(where + ".tool_calls", where + ".tool_calls: tool calls are not "
-                                                                 "supported by this server yet");
-        return r;
-      }
-      std::string content;
-      const json::Value* c = m.find("content");
-      if (c != nullptr && c->is_string()) {
-        content = c->as_string();
-      } else if (c != nullptr && c->is_array()) {  // [{"type": "text", "text": ...}, ...]
-        for (const json::Value& part : c->as_array()) {
-          const json::Value* type = part.find("type");
-          const json::Value* text = part.find("text");
-          if (type == nullptr || !type->is_string() || type->as_string() != "text" ||
-              text == nullptr || !text->is_string()) {
-            r.error_value = bad_param(where + ".content",
-                                      where + ".content: only parts {\"type\": \"text\", "
-                                              "\"text\": ...} are supported");
-            return r;
-          }
-          content += text->as_string();
-        }
-      } else {
-        r.error_value = bad_param(where + ".content",
-                                  where + ".content: expected a string or an array of text parts");
-        return r;
-      }
-      list.push_back({rl == "developer" ? "system" : rl, std::move(content)});
-    }
-    auto text = template_.render(list);
+    model::ChatRenderOptions ro;
+    if (tools != nullptr) ro.variables.emplace_back("tools", *tools);
+    auto text = template_.render_json(json::Value(std::move(list)), ro);
     if (!text) {
       r.error_value = bad_param("messages", "the chat template refused the messages: " +
                                                 text.error().message);
@@ -542,10 +547,10 @@ class Server {
                          "response_format: {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
                          "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}");
     }
-    if (const json::Value* t = v.find("tools"); t != nullptr && !t->is_null() && t->size() > 0) {
-      const json::Value* choice = v.find("tool_choice");
-      if (choice == nullptr || !choice->is_string() || choice->as_string() != "none")
-        return bad_param("tools", "tools: tool calls are not supported by this server yet");
+    if (!chat) {
+      for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"})
+        if (const json::Value* t = v.find(key); t != nullptr && !t->is_null())
+          return bad_param(key, fmt::format("{}: only in chat completions", key));
     }
     for (const char* key : {"frequency_penalty", "presence_penalty"}) {
       if (const json::Value* p = v.find(key); p != nullptr && !p->is_null()) {
@@ -586,29 +591,40 @@ class Server {
   bool template_adds_bos_;
   std::vector<std::int32_t> chat_stop_ids_;
   std::shared_ptr<const constrain::TokenTrie> trie_;  // the vocabulary for json_object
-  // The compiled constraints (json_object's, and the schemas and grammars requests gave, most
-  // recent kConstraintsKept by their text): a constraint keeps its masks, so requests that
-  // ask for the same schema share them.
-  static constexpr std::size_t kConstraintsKept = 32;
+  // The template's call format (none: it shows no tool calls) and the vocabulary with its
+  // markers (constrain::tool_call_trie).
+  std::optional<constrain::ToolCallFormat> tool_format_;
+  std::shared_ptr<const constrain::TokenTrie> tool_trie_;
+  // The compiled constraints (json_object's, and the schemas, grammars and tool sets requests
+  // gave, the most recent 32 of each by their text).
   std::shared_ptr<const constrain::Constraint> json_object_;
-  std::mutex constraints_mu_;
-  std::deque<std::pair<std::string, std::shared_ptr<const constrain::Constraint>>> constraints_;
+  CompiledCache<constrain::Constraint> constraints_{32};
+  CompiledCache<constrain::ToolCallGrammar> tool_grammars_{32};
 
   // The compiled constraint for `spec` (key: its kind and source), compiled on first use.
   result<std::shared_ptr<const constrain::Constraint>> constraint_for(
       const constrain::ConstraintSpec& spec) {
-    const std::string key = std::string(constrain::to_string(spec.kind)) + '\n' + spec.source;
-    {
-      std::lock_guard lock(constraints_mu_);
-      for (const auto& [k, c] : constraints_)
-        if (k == key) return c;
-    }
-    auto c = constrain::Constraint::compile(spec);  // outside the lock: a schema may be large
-    if (!c) return c.error();
-    std::lock_guard lock(constraints_mu_);
-    if (constraints_.size() >= kConstraintsKept) constraints_.pop_front();
-    constraints_.emplace_back(key, *c);
-    return *c;
+    return constraints_.get(std::string(constrain::to_string(spec.kind)) + '\n' + spec.source,
+                            [&] { return constrain::Constraint::compile(spec); });
+  }
+
+  // tools, tool_choice and parallel_tool_calls into job.tools and job.tool_grammar (server/
+  // tool_calls.hpp); an ApiError naming the field.
+  std::optional<ApiError> parse_tools(const json::Value& v, bool chat, Job& job) {
+    if (!chat) return std::nullopt;  // check_unsupported refused tools on /v1/completions
+    if (auto e = parse_tool_request(v, tool_format_, job.tools)) return e;
+    if (!job.tools || job.tools->spec.choice.mode == constrain::ToolChoice::Mode::none)
+      return std::nullopt;
+    if (job.constraint)
+      return bad_param(v.find("grammar") != nullptr ? "grammar" : "response_format",
+                       "tools and a constrained reply (response_format json_object/json_schema, "
+                       "grammar) cannot be combined: give one");
+    auto g = tool_grammars_.get(job.tools->key(), [&] {
+      return constrain::ToolCallGrammar::compile(job.tools->list, job.tools->spec);
+    });
+    if (!g) return bad_param("tools", g.error().message);
+    job.tool_grammar = std::move(*g);
+    return std::nullopt;
   }
 
   // response_format (json_object, json_schema) or llama.cpp's "grammar" field into
@@ -768,7 +784,10 @@ int main(int argc, char** argv) {
       if (auto id = tok.token_to_id(*eos)) stop_ids.push_back(*id);
   if (auto im_end = tok.token_to_id("<|im_end|>")) stop_ids.push_back(*im_end);
 
+  const std::optional<constrain::ToolCallFormat> tool_format =
+      has_template ? constrain::detect_tool_call_format(tmpl->source()) : std::nullopt;
   Server server(o, *engine, std::move(*tmpl), has_template);
+  server.set_tool_format(tool_format);
   server.set_chat_stop_ids(std::move(stop_ids));
   server.set_fingerprint(fmt::format("edgellm-{}.{}.{}-{}", EDGELLM_VERSION_MAJOR, EDGELLM_VERSION_MINOR,
                                     EDGELLM_VERSION_PATCH, cache::kv_type_name(o.kv_type)));
@@ -869,16 +888,29 @@ int main(int argc, char** argv) {
               return sink.write(event.data(), event.size());
             };
             bool first = true, delivered = true;
-            const auto r = server.run(*job, ticket, local_port, [&](std::string_view piece) {
+            // With tools, text that may open a call waits; the calls come whole at the end.
+            std::optional<CallTextStream> calls_text;
+            if (job->tool_grammar) calls_text.emplace(job->tools->spec.format);
+            const auto send_text = [&](std::string_view text) {
               if (first && job->chat) delivered = send(server.chunk(*job, "", true, ""));
               first = false;
-              delivered = delivered && send(server.chunk(*job, piece, false, ""));
+              delivered = delivered && send(server.chunk(*job, text, false, ""));
+            };
+            const auto r = server.run(*job, ticket, local_port, [&](std::string_view piece) {
+              if (!calls_text) {
+                send_text(piece);
+              } else if (const std::string text = calls_text->take(piece); !text.empty()) {
+                send_text(text);
+              }
               return delivered;
             });
             if (!r.generation) {
               send(error_body(r.error));
             } else if (delivered) {
+              if (calls_text)
+                if (const std::string rest = calls_text->rest(r.content); !rest.empty()) send_text(rest);
               if (first && job->chat) send(server.chunk(*job, "", true, ""));
+              if (!r.calls.empty()) send(server.chunk(*job, std::nullopt, false, "", &r));
               send(server.chunk(*job, std::nullopt, false, r.finish_reason));
               if (job->include_usage) {
                 send(server.envelope(*job, job->chat ? "chat.completion.chunk" : "text_completion",

@@ -18,10 +18,12 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -40,8 +42,8 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, *flags):
-        self.proc = subprocess.Popen([SERVER, "-m", MODEL, "--port", "0", *flags],
+    def __init__(self, *flags, model=MODEL):
+        self.proc = subprocess.Popen([SERVER, "-m", model, "--port", "0", *flags],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log = []
         deadline = time.time() + 60
@@ -113,6 +115,52 @@ def chat(content, **extra):
     body = {"model": "kjv-target-awq", "messages": [{"role": "user", "content": content}]}
     body.update(extra)
     return body
+
+
+WEATHER_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
+            "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "find_verse", "description": "A verse of the Bible",
+        "parameters": {"type": "object", "properties": {
+            "book": {"type": "string", "maxLength": 10}, "chapter": {"type": "integer", "minimum": 1,
+                                                                  "maximum": 150}},
+            "required": ["book", "chapter"], "additionalProperties": False}}}]
+
+
+def weather_args_ok(name, arguments):
+    """Whether a call's arguments (JSON text) validate against WEATHER_TOOLS' schema of `name`."""
+    try:
+        a = json.loads(arguments)
+    except ValueError:
+        return False
+    if name == "get_weather":
+        return isinstance(a, dict) and set(a) == {"city", "unit"} and isinstance(a["city"], str) \
+            and len(a["city"]) <= 12 and a["unit"] in ("c", "f")
+    if name == "find_verse":
+        return isinstance(a, dict) and set(a) == {"book", "chapter"} and isinstance(a["book"], str) \
+            and len(a["book"]) <= 10 and isinstance(a["chapter"], int) and 1 <= a["chapter"] <= 150
+    return False
+
+
+def tool_model(family, where):
+    """The bundled weights and tokenizer in `where`, with the real chat template of `family`
+    (tests/data/chat_templates) as tokenizer_config.json: a checkpoint that calls tools."""
+    os.makedirs(where, exist_ok=True)
+    for f in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"):
+        os.symlink(os.path.join(MODEL, f), os.path.join(where, f))
+    with open(os.path.join(ROOT, "tests", "data", "chat_templates", family + ".json")) as f:
+        fixture = json.load(f)
+    config = {"chat_template": fixture["chat_template"]}
+    for key in ("bos_token", "eos_token"):
+        if isinstance(fixture.get(key), str):
+            config[key] = fixture[key]
+    with open(os.path.join(where, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    return where
 
 
 def is_error(body, param=None):
@@ -265,7 +313,11 @@ def test_endpoints():
              "stream_options not an object"),
             (json.dumps({"messages": [{"role": "assistant", "content": None,
                                        "tool_calls": []}]}).encode(),
-             "messages[0].tool_calls", 400, "a message with tool_calls"),
+             "messages[0].tool_calls", 400, "an empty tool_calls"),
+            (json.dumps(chat("x", tools=WEATHER_TOOLS)).encode(), "tools", 400,
+             "tools on a model whose template shows no tool calls"),
+            (json.dumps(chat("x", tool_choice="required")).encode(), "tool_choice", 400,
+             "tool_choice required without tools"),
             (json.dumps(chat("x", stop=5)).encode(), "stop", 400, "stop not a string"),
             (json.dumps(chat("x", response_format={"type": "json_schema"})).encode(),
              "response_format", 400, "json_schema without a schema"),
@@ -295,7 +347,8 @@ def test_endpoints():
                   f"{what}: {want} naming {param}" + ("" if st == want else f" (got {st} {body!r:.200})"))
         for body_in, param in [({"prompt": 3}, "prompt"), ({"prompt": "x", "echo": True}, "echo"),
                                ({"prompt": "x", "suffix": "y"}, "suffix"),
-                               ({"prompt": "x", "best_of": 2}, "best_of")]:
+                               ({"prompt": "x", "best_of": 2}, "best_of"),
+                               ({"prompt": "x", "tools": WEATHER_TOOLS}, "tools")]:
             st, _, body = s.post("/v1/completions", body_in, headers=auth)
             check(st == 400 and is_error(body, param), f"completions: {param} refused: 400")
         st, _, raw = s.request("GET", "/v1/nothing", headers=auth)
@@ -308,6 +361,112 @@ def test_endpoints():
     finally:
         rc = s.stop()
         check(rc == 0, f"SIGTERM on an idle server: exit 0 (got {rc})")
+
+
+def test_tools():
+    """tools on checkpoints whose real templates call tools (Qwen2.5's <tool_call>, Llama 3.2's
+    JSON): forced calls valid against their schema, streamed and not, free text under auto, a
+    second turn with the call and its result, and the refusals."""
+    tmp = tempfile.mkdtemp(prefix="edgellm-server-tools-")
+    try:
+        s = Server("-t", "2", model=tool_model("qwen2_5", os.path.join(tmp, "qwen2_5")))
+        try:
+            ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+            for seed, choice in [(1, "required"), (2, "required"),
+                                 (3, {"type": "function", "function": {"name": "find_verse"}})]:
+                st, _, r = s.post("/v1/chat/completions", {
+                    "messages": ask, "tools": WEATHER_TOOLS, "tool_choice": choice,
+                    "max_tokens": 96, "seed": seed})
+                c = r["choices"][0] if st == 200 else {}
+                calls = c.get("message", {}).get("tool_calls") or []
+                ok = st == 200 and c["finish_reason"] == "tool_calls" and \
+                    c["message"]["content"] is None and len(calls) >= 1 and all(
+                        x["type"] == "function" and x["id"].startswith("call_") and
+                        weather_args_ok(x["function"]["name"], x["function"]["arguments"])
+                        for x in calls)
+                if isinstance(choice, dict):
+                    ok = ok and all(x["function"]["name"] == "find_verse" for x in calls)
+                check(ok, f"qwen2_5 tool_choice {json.dumps(choice)}, seed {seed}: "
+                          f"{json.dumps(calls) if calls else r!r:.160}")
+            # The same call streamed: text deltas none, one tool_calls delta, finish tool_calls.
+            req = {"messages": ask, "tools": WEATHER_TOOLS, "tool_choice": "required",
+                   "max_tokens": 96, "seed": 1}
+            st, _, full = s.post("/v1/chat/completions", req)
+            st2, _, events = s.stream("/v1/chat/completions", dict(req, stream=True))
+            chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
+            deltas = [c["choices"][0]["delta"] for c in chunks]
+            streamed = [t for d in deltas for t in d.get("tool_calls", [])]
+            want = full["choices"][0]["message"]["tool_calls"] if st == 200 else None
+            check(st2 == 200 and events[-1] == "[DONE]" and
+                  "".join(d.get("content") or "" for d in deltas) == "" and
+                  [(t["index"], t["function"]) for t in streamed] ==
+                  [(i, t["function"]) for i, t in enumerate(want or [])] and
+                  chunks[-1]["choices"][0]["finish_reason"] == "tool_calls",
+                  "a streamed forced call: the same calls as one delta, finish_reason tool_calls")
+            # auto: the KJV model answers in text; streamed text equals the reply's content.
+            req = {"messages": ask, "tools": WEATHER_TOOLS, "max_tokens": 24, "seed": 5}
+            st, _, full = s.post("/v1/chat/completions", req)
+            st2, _, events = s.stream("/v1/chat/completions", dict(req, stream=True))
+            text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events
+                           if isinstance(e, dict) and e.get("choices"))
+            content = full["choices"][0]["message"]["content"] if st == 200 else None
+            check(st == 200 and "tool_calls" not in full["choices"][0]["message"] and
+                  text == content, f"tool_choice auto: free text, streamed equal ({text!r:.60})")
+            # tool_choice none: the tools are rendered, nothing is constrained or parsed.
+            st, _, r = s.post("/v1/chat/completions", dict(req, tool_choice="none"))
+            check(st == 200 and "tool_calls" not in r["choices"][0]["message"], "tool_choice none")
+            # The next turn carries the call and its result; the prefix is reused.
+            st, _, r1 = s.post("/v1/chat/completions", {
+                "messages": ask, "tools": WEATHER_TOOLS, "tool_choice": "required",
+                "max_tokens": 96, "seed": 1})
+            call = r1["choices"][0]["message"]["tool_calls"][0]
+            turn = ask + [r1["choices"][0]["message"],
+                          {"role": "tool", "tool_call_id": call["id"], "content": "21 C, clear"}]
+            st, _, r2 = s.post("/v1/chat/completions", {"messages": turn, "tools": WEATHER_TOOLS,
+                                                         "max_tokens": 16, "seed": 1})
+            cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"] if st == 200 else 0
+            check(st == 200 and cached >= r1["usage"]["prompt_tokens"] - 1,
+                  f"a turn with the call and the tool's result: {cached} prompt tokens cached")
+            for body, param, what in [
+                    ({"messages": ask, "tools": WEATHER_TOOLS, "tool_choice": {
+                        "type": "function", "function": {"name": "nope"}}}, "tool_choice",
+                     "tool_choice naming no tool"),
+                    ({"messages": ask, "tools": WEATHER_TOOLS, "tool_choice": "sometimes"},
+                     "tool_choice", "an unknown tool_choice"),
+                    ({"messages": ask, "tools": WEATHER_TOOLS, "parallel_tool_calls": 1},
+                     "parallel_tool_calls", "parallel_tool_calls not a boolean"),
+                    ({"messages": ask, "tools": [{"type": "function", "function": {
+                        "name": "bad name!"}}]}, "tools", "a tool name OpenAI refuses"),
+                    ({"messages": ask, "tools": WEATHER_TOOLS,
+                      "response_format": {"type": "json_object"}}, "response_format",
+                     "tools with response_format json_object"),
+                    ({"messages": ask + [{"role": "assistant", "tool_calls": [{
+                        "type": "function", "function": {"name": "get_weather",
+                                                         "arguments": "{city"}}]}]},
+                     "messages[1].tool_calls[0].function.arguments", "call arguments not JSON"),
+                    ({"messages": [{"role": "user", "content": "x", "tool_calls": [{
+                        "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
+                     "messages[0].tool_calls", "tool_calls in a user message")]:
+                st, _, r = s.post("/v1/chat/completions", body)
+                check(st == 400 and is_error(r, param), f"{what}: 400 naming {param}"
+                      + ("" if st == 400 else f" (got {st} {r!r:.160})"))
+        finally:
+            rc = s.stop()
+            check(rc == 0, f"SIGTERM on the tools server: exit 0 (got {rc})")
+        # Llama 3.2: a call is the reply's JSON object with "parameters".
+        s = Server("-t", "2", model=tool_model("llama3_2", os.path.join(tmp, "llama3_2")))
+        try:
+            st, _, r = s.post("/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "Find me a verse."}],
+                "tools": WEATHER_TOOLS, "tool_choice": "required", "max_tokens": 96, "seed": 4})
+            calls = r["choices"][0]["message"].get("tool_calls") or [] if st == 200 else []
+            check(st == 200 and len(calls) == 1 and
+                  weather_args_ok(calls[0]["function"]["name"], calls[0]["function"]["arguments"]),
+                  f"llama3_2 forced call: {json.dumps(calls) if calls else r!r:.160}")
+        finally:
+            s.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_queue_and_shutdown():
@@ -451,7 +610,10 @@ def test_openai_client():
         print("skip the openai npm client check: node or the openai package not found "
               "(NODE_PATH=.../node_modules)")
         return
-    s = Server("--parallel", "2", "-t", "2")
+    # The bundled model with Qwen2.5's template, so that tools are answered too.
+    tmp = tempfile.mkdtemp(prefix="edgellm-server-openai-")
+    s = Server("--parallel", "2", "-t", "2", "--alias", "kjv-target-awq",
+               model=tool_model("qwen2_5", os.path.join(tmp, "kjv-target-awq")))
     try:
         r = subprocess.run(["node", os.path.join(ROOT, "tests", "cli", "server_openai_check.mjs"),
                             f"http://127.0.0.1:{s.port}/v1"], capture_output=True, text=True,
@@ -460,11 +622,13 @@ def test_openai_client():
         check(r.returncode == 0, "the openai npm client" + ("" if r.returncode == 0 else ": " + r.stderr[-2000:]))
     finally:
         s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
     test_command_line()
     test_endpoints()
+    test_tools()
     test_queue_and_shutdown()
     test_faults_and_load()
     if "--openai-check" in sys.argv or os.environ.get("NODE_PATH"):
