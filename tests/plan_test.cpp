@@ -71,7 +71,8 @@ std::size_t fill_and_measure(Session& s) {
 TEST_CASE("plan: owned weight bytes equal what the load owns, for every fixture and option",
           "[plan]") {
   const std::string dirs[] = {"llama-awq-gemm", "llama-awq-gemv", "llama-bf16",     "llama-fp16",
-                              "qwen2-awq-gemm", "qwen2-fp16",     "qwen3-awq-gemm", "qwen3-fp16"};
+                              "qwen2-awq-gemm", "qwen2-fp16",     "qwen3-awq-gemm", "qwen3-fp16",
+                              "smollm3-awq-gemm", "smollm3-fp16"};
   for (const std::string& name : dirs) {
     for (const auto lm_head : {model::LmHeadFormat::as_stored, model::LmHeadFormat::int8,
                                model::LmHeadFormat::q4}) {

@@ -76,14 +76,21 @@ PRESETS = {
                      intermediate=12288, vocab=151936, rope_theta=1e6, rms_eps=1e-6,
                      tie_embeddings=False, max_pos=40960, awq="gemm", group_size=128,
                      dtype="fp16"),
+    # HuggingFaceTB/SmolLM3-3B's shape: the Llama layout, every 4th layer NoPE, tied embeddings.
+    "smollm3-3b": dict(arch="smollm3", hidden=2048, layers=36, heads=16, kv_heads=4,
+                       intermediate=11008, vocab=128256, rope_theta=5e6, rms_eps=1e-6,
+                       tie_embeddings=True, max_pos=65536, awq="gemm", group_size=128,
+                       dtype="bf16"),
 }
 DEFAULTS = dict(arch=None, hidden=None, layers=None, heads=None, kv_heads=None, head_dim=None,
                 intermediate=None, vocab=None, tie_embeddings=False, rope_theta=None,
                 rope_scaling_llama3=None, rms_eps=None, max_pos=None, dtype="fp16", awq="none",
                 group_size=128, shard_size_mb=5000, seed=0, init_std=0.02, awq_codes="auto",
-                attention_bias=False, mlp_bias=False, sliding_window=None, header_order="writer")
+                attention_bias=False, mlp_bias=False, sliding_window=None, header_order="writer",
+                no_rope_layers=None)
 ARCH_CLASS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-              "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}
+              "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
+              "smollm3": "SmolLM3ForCausalLM"}
 QWEN = ("qwen2", "qwen3")
 TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 ST_DTYPE = {"fp16": "F16", "bf16": "BF16", "fp32": "F32"}
@@ -130,6 +137,9 @@ def parse_args(argv=None):
                    help="llama: gate/up/down biases (config mlp_bias)")
     p.add_argument("--sliding-window", dest="sliding_window", type=int, default=S,
                    help="mistral: config sliding_window (default null)")
+    p.add_argument("--no-rope-layers", dest="no_rope_layers", default=S, metavar="0/1,...",
+                   help="smollm3: config no_rope_layers, 1 RoPE / 0 NoPE per layer (default: "
+                        "every 4th layer NoPE)")
     p.add_argument("--header-order", dest="header_order", choices=["writer", "sorted"], default=S,
                    help="safetensors header JSON key order (default: as the Rust writer)")
     ns = p.parse_args(argv)
@@ -158,6 +168,8 @@ def build_config(a) -> dict:
         bos, eos = 151643, 151645
     elif arch in QWEN:
         bos = eos = a.vocab - 1
+    elif arch == "smollm3" and a.vocab >= 128256:
+        bos, eos = 128000, 128012
     else:
         bos, eos = 1, 2
     rope_scaling = None
@@ -168,7 +180,7 @@ def build_config(a) -> dict:
                         "original_max_position_embeddings": int(octx), "rope_type": "llama3"}
     cfg = {"architectures": [ARCH_CLASS[arch]], "attention_dropout": 0.0,
            "bos_token_id": bos, "eos_token_id": eos}
-    if arch in ("llama", "mistral", "qwen3"):
+    if arch in ("llama", "mistral", "qwen3", "smollm3"):
         cfg["attention_bias"] = bool(a.attention_bias)
     if a.head_dim is not None:
         cfg["head_dim"] = a.head_dim
@@ -176,7 +188,7 @@ def build_config(a) -> dict:
                 "intermediate_size": a.intermediate, "max_position_embeddings": max_pos})
     if arch in QWEN:
         cfg["max_window_layers"] = a.layers
-    if arch == "llama":
+    if arch in ("llama", "smollm3"):
         cfg["mlp_bias"] = bool(a.mlp_bias)
     cfg.update({"model_type": arch, "num_attention_heads": a.heads,
                 "num_hidden_layers": a.layers, "num_key_value_heads": nkv})
@@ -189,10 +201,16 @@ def build_config(a) -> dict:
         cfg["sliding_window"] = None
     if arch == "mistral":
         cfg["sliding_window"] = a.sliding_window
+    if arch == "smollm3":
+        nope = ([int(x) for x in a.no_rope_layers.split(",")] if a.no_rope_layers else
+                [int((i + 1) % 4 != 0) for i in range(a.layers)])
+        if len(nope) != a.layers or any(x not in (0, 1) for x in nope):
+            raise SystemExit(f"--no-rope-layers: expected {a.layers} entries of 0 or 1")
+        cfg.update({"no_rope_layer_interval": 4, "no_rope_layers": nope, "sliding_window": None})
     cfg.update({"tie_word_embeddings": bool(a.tie_embeddings),
                 "torch_dtype": TORCH_DTYPE[a.dtype], "transformers_version": TRANSFORMERS_VERSION,
                 "use_cache": True})
-    if arch in QWEN:
+    if arch in QWEN or arch == "smollm3":
         cfg["use_sliding_window"] = False
     cfg["vocab_size"] = a.vocab
     if a.awq != "none":

@@ -25,6 +25,10 @@
 #                    2 kv heads, head_dim 32 (heads * head_dim = 128 != hidden), intermediate
 #                    192, tied embeddings, fp16, one file
 #   qwen3-awq-gemm   qwen3-fp16's weights as AutoAWQ gemm, group 64 (q/k_norm stay fp16)
+#   smollm3-fp16     smollm3 (the Llama layout; layer 1 of 2 NoPE: no_rope_layers [1, 0]),
+#                    hidden 64, 4 heads / 1 kv head (GQA 4), intermediate 192, tied
+#                    embeddings, fp16, one file
+#   smollm3-awq-gemm smollm3-fp16's weights as AutoAWQ gemm, group 64
 # Each directory gets expected.json: {"ids", "vocab_size", "dtype", "logits": [12][300] (every
 # position), "greedy": [32 ids]} for the prompt IDS below; AWQ references are computed on the
 # dequantised weights fp16((q - z) * s).
@@ -73,6 +77,9 @@ QWEN2=(--arch qwen2 --hidden 96 --layers 2 --heads 6 --kv-heads 2 --intermediate
 QWEN3=(--model-type qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32
        --intermediate 192 --tie-embeddings --seed 3)
 
+SMOLLM3=(--model-type smollm3 --hidden 64 --layers 2 --heads 4 --kv-heads 1 --intermediate 192
+         --tie-embeddings --no-rope-layers 1,0 --rms-eps 1e-6 --seed 5)
+
 make_ckpt llama-fp16 "${LLAMA[@]}" --layers 2 --dtype fp16
 make_ckpt llama-bf16 "${LLAMA[@]}" --layers 1 --dtype bf16 --rope-scaling-llama3 8,1,4,32
 make_ckpt llama-awq-gemm "${LLAMA[@]}" --layers 2 --awq gemm --group-size 64 --awq-codes rtn
@@ -81,5 +88,7 @@ make_ckpt qwen2-fp16 "${QWEN2[@]}" --dtype fp16 --shard-size-mb 0.15
 make_ckpt qwen2-awq-gemm "${QWEN2[@]}" --awq gemm --group-size 32 --awq-codes rtn
 make_ckpt qwen3-fp16 "${QWEN3[@]}" --dtype fp16
 make_ckpt qwen3-awq-gemm "${QWEN3[@]}" --awq gemm --group-size 64 --awq-codes rtn
+make_ckpt smollm3-fp16 "${SMOLLM3[@]}" --dtype fp16
+make_ckpt smollm3-awq-gemm "${SMOLLM3[@]}" --awq gemm --group-size 64 --awq-codes rtn
 
 du -sh "$OUT"

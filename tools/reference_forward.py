@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Independent PyTorch reference forward for HF Llama / Qwen2 / Qwen3 / Mistral checkpoints.
+"""Independent PyTorch reference forward for HF Llama / Qwen2 / Qwen3 / Mistral / SmolLM3
+checkpoints.
 
 Written from the HF modeling semantics in docs/formats.md 3.3 (eager attention):
   h   = x + o_proj(attn(rmsnorm_in(x)));  out = h + down(silu(gate(n)) * up(n)), n = rmsnorm_post(h)
@@ -11,6 +12,8 @@ Written from the HF modeling semantics in docs/formats.md 3.3 (eager attention):
         GQA: q head h uses kv head h // (nh / nkv); Qwen2 q/k/v bias; Llama attention_bias/mlp_bias
   Qwen3: q, k = rmsnorm(q head) * q_norm, rmsnorm(k head) * k_norm (weights [hd], eps
         rms_norm_eps) after q_proj / k_proj, before RoPE; attention_bias for q/k/v/o
+  SmolLM3: the Llama layout; layers whose no_rope_layers entry is 0 (default: every 4th) skip
+        RoPE (NoPE); tie_word_embeddings defaults to true, rope_theta to 2e6
   logits = lm_head(norm(h)) (embed_tokens when tie_word_embeddings)
 
 Loads model.safetensors or shards (F32/F16/BF16), and AutoAWQ gemm/gemv checkpoints,
@@ -61,7 +64,7 @@ class Config:
     def __init__(self, cfg: dict):
         self.raw = cfg
         self.model_type = cfg.get("model_type", "llama")
-        if self.model_type not in ("llama", "qwen2", "qwen3", "mistral"):
+        if self.model_type not in ("llama", "qwen2", "qwen3", "mistral", "smollm3"):
             raise ValueError(f"unsupported model_type {self.model_type!r}")
         self.hidden = cfg["hidden_size"]
         self.n_layers = cfg["num_hidden_layers"]
@@ -73,7 +76,15 @@ class Config:
         self.qk_norm = self.model_type == "qwen3"
         self.vocab = cfg["vocab_size"]
         self.eps = float(cfg.get("rms_norm_eps", 1e-6))
-        self.tie = bool(cfg.get("tie_word_embeddings", False))
+        self.tie = bool(cfg.get("tie_word_embeddings", self.model_type == "smollm3"))
+        # SmolLM3: no_rope_layers[l] == 0 is a NoPE layer (no rotation of q and k); absent, every
+        # no_rope_layer_interval-th layer (modelling_smollm3 / configuration_smollm3).
+        self.rope_layers = [1] * self.n_layers
+        if self.model_type == "smollm3":
+            nr = cfg.get("no_rope_layers")
+            every = int(cfg.get("no_rope_layer_interval", 4))
+            self.rope_layers = [int(x) for x in nr[:self.n_layers]] if nr is not None else [
+                int((i + 1) % every != 0) for i in range(self.n_layers)]
         self.max_pos = cfg.get("max_position_embeddings", 2048)
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"unsupported hidden_act {cfg.get('hidden_act')!r}")
@@ -83,7 +94,8 @@ class Config:
             rtype = rp.get("rope_type", rp.get("type", "default"))
             self.rope_scaling = None if rtype == "default" else dict(rp, rope_type=rtype)
         else:
-            self.rope_theta = float(cfg.get("rope_theta", 10000.0))
+            self.rope_theta = float(cfg.get("rope_theta",
+                                            2000000.0 if self.model_type == "smollm3" else 10000.0))
             rs = cfg.get("rope_scaling")
             if rs:
                 rtype = rs.get("rope_type", rs.get("type", "default"))
@@ -258,7 +270,8 @@ def linear(m: Model, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]
     return m.rnd(y)
 
 
-def attention(m: Model, lw: dict, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def attention(m: Model, lw: dict, x: torch.Tensor, positions: torch.Tensor,
+              use_rope: bool = True) -> torch.Tensor:
     """Self-attention of one layer on normalised input x [T, H] -> [T, H]."""
     c = m.cfg
     t = x.shape[0]
@@ -269,10 +282,11 @@ def attention(m: Model, lw: dict, x: torch.Tensor, positions: torch.Tensor) -> t
     if c.qk_norm:  # Qwen3: RMSNorm over each head's hd values, before RoPE
         q = rms_norm(m, q, lw["self_attn.q_norm"], c.eps)
         k = rms_norm(m, k, lw["self_attn.k_norm"], c.eps)
-    cos, sin = rope_cos_sin(c, positions, int(positions.max()) + 1)
-    cos, sin = m.rnd(cos.to(x.dtype)), m.rnd(sin.to(x.dtype))
-    q = m.rnd(m.rnd(q * cos) + m.rnd(rotate_half(q) * sin))
-    k = m.rnd(m.rnd(k * cos) + m.rnd(rotate_half(k) * sin))
+    if use_rope:
+        cos, sin = rope_cos_sin(c, positions, int(positions.max()) + 1)
+        cos, sin = m.rnd(cos.to(x.dtype)), m.rnd(sin.to(x.dtype))
+        q = m.rnd(m.rnd(q * cos) + m.rnd(rotate_half(q) * sin))
+        k = m.rnd(m.rnd(k * cos) + m.rnd(rotate_half(k) * sin))
     n_rep = nh // nkv
     k = k.repeat_interleave(n_rep, dim=0)    # head h <- kv head h // n_rep (HF repeat_kv)
     v = v.repeat_interleave(n_rep, dim=0)
@@ -297,9 +311,10 @@ def mlp(m: Model, lw: dict, x: torch.Tensor) -> torch.Tensor:
     return linear(m, m.rnd(a * u), lw["mlp.down_proj"], lw["mlp.down_proj.bias"])
 
 
-def decoder_layer(m: Model, lw: dict, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def decoder_layer(m: Model, lw: dict, h: torch.Tensor, positions: torch.Tensor,
+                  use_rope: bool = True) -> torch.Tensor:
     eps = m.cfg.eps
-    h = m.rnd(h + attention(m, lw, rms_norm(m, h, lw["input_layernorm"], eps), positions))
+    h = m.rnd(h + attention(m, lw, rms_norm(m, h, lw["input_layernorm"], eps), positions, use_rope))
     return m.rnd(h + mlp(m, lw, rms_norm(m, h, lw["post_attention_layernorm"], eps)))
 
 
@@ -313,7 +328,7 @@ def forward(m: Model, ids: List[int], return_hidden: bool = False):
     h = m.embed[torch.tensor(ids, dtype=torch.long)]
     hidden = [h]
     for li in range(c.n_layers):
-        h = decoder_layer(m, m.layer(li), h, positions)
+        h = decoder_layer(m, m.layer(li), h, positions, bool(c.rope_layers[li]))
         hidden.append(h)
     logits = linear(m, rms_norm(m, h, m.norm, c.eps), m.lm_head, None)
     return (logits, hidden) if return_hidden else logits

@@ -115,6 +115,19 @@ json::Value parse_json(std::string_view text) {
 }
 
 /// `base` with top-level `key` replaced by `value_json` (removed when value_json is empty).
+// SmolLM3-3B's shape and keys (tie_word_embeddings left out: SmolLM3Config's default, true).
+const char* kSmolLM3 = R"({
+  "architectures": ["SmolLM3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": null, "eos_token_id": 128012, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 65536,
+  "mlp_bias": false, "model_type": "smollm3", "no_rope_layer_interval": 4,
+  "no_rope_layers": [1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0],
+  "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 4,
+  "pad_token_id": 128004, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 5000000.0,
+  "sliding_window": null, "torch_dtype": "bfloat16", "use_cache": false,
+  "use_sliding_window": false, "vocab_size": 128256
+})";
+
 json::Value with(std::string_view base, std::string_view key, std::string_view value_json) {
   const json::Value b = parse_json(base);
   json::Object o;
@@ -263,6 +276,53 @@ TEST_CASE("config: Qwen3 has q/k norms, an explicit head_dim and optional biases
   CHECK_FALSE(parse_ok(parse_json(kMistral)).attention_qk_norm);
 }
 
+TEST_CASE("config: SmolLM3 is the Llama layout with NoPE layers", "[model]") {
+  const ModelConfig c = parse_ok(parse_json(kSmolLM3));
+  CHECK(c.model_type == ModelType::smollm3);
+  CHECK(std::string(edgellm::model::to_string(c.model_type)) == "smollm3");
+  CHECK(c.head_dim == 128);
+  CHECK(c.gqa_group() == 4);
+  CHECK(c.rope_theta == 5e6);
+  CHECK(c.tie_word_embeddings);  // SmolLM3Config's default
+  CHECK_FALSE(c.attention_qk_norm);
+  CHECK_FALSE(c.attention_qkv_bias);
+  CHECK_FALSE(c.mlp_bias);
+  REQUIRE(c.rope_layers.size() == 36);
+  for (std::size_t l = 0; l < 36; ++l) {
+    CAPTURE(l);
+    CHECK(c.uses_rope(l) == ((l + 1) % 4 != 0));  // layers 3, 7, ..., 35 are NoPE
+  }
+  // Without the list, a NoPE layer every no_rope_layer_interval layers (default 4).
+  const ModelConfig every3 = parse_ok(with(json::dump(with(kSmolLM3, "no_rope_layers", "")),
+                                           "no_rope_layer_interval", "3"));
+  CHECK_FALSE(every3.uses_rope(2));
+  CHECK(every3.uses_rope(3));
+  CHECK_FALSE(every3.uses_rope(5));
+  const ModelConfig dflt = parse_ok(with(json::dump(with(kSmolLM3, "no_rope_layers", "")),
+                                         "no_rope_layer_interval", ""));
+  CHECK(dflt.rope_layers == c.rope_layers);
+  // SmolLM3Config's defaults: rope_theta 2e6, 32768 positions.
+  CHECK(parse_ok(with(kSmolLM3, "rope_theta", "")).rope_theta == 2e6);
+  CHECK(parse_ok(with(kSmolLM3, "max_position_embeddings", "")).max_position_embeddings == 32768);
+  CHECK_FALSE(parse_ok(with(kSmolLM3, "tie_word_embeddings", "false")).tie_word_embeddings);
+  // Bad lists name the key and the entry.
+  CHECK_THAT(parse_err(with(kSmolLM3, "no_rope_layers", "[1, 0]"), errc::format_error),
+             Contains("no_rope_layers"));
+  CHECK_THAT(parse_err(with(kSmolLM3, "no_rope_layers", "[1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"), errc::format_error),
+             Contains("entry 1 is 2, expected 0 (NoPE) or 1 (RoPE)"));
+  CHECK_THAT(parse_err(with(json::dump(with(kSmolLM3, "no_rope_layers", "")),
+                            "no_rope_layer_interval", "0"),
+                       errc::format_error),
+             Contains("key 'no_rope_layer_interval': must be in [1, "));
+  CHECK_THAT(parse_err(with(json::dump(with(kSmolLM3, "use_sliding_window", "true")),
+                            "sliding_window", "4096"),
+                       errc::unsupported),
+             Contains("SmolLM3 sliding-window attention is not supported"));
+  // The other families rotate every layer.
+  CHECK(parse_ok(parse_json(kLlama2)).rope_layers.empty());
+  CHECK(parse_ok(parse_json(kLlama2)).uses_rope(0));
+}
+
 TEST_CASE("config: Mistral records its sliding window", "[model]") {
   const ModelConfig c = parse_ok(parse_json(kMistral));
   CHECK(c.model_type == ModelType::mistral);
@@ -346,7 +406,7 @@ TEST_CASE("config: dimension validation names the key", "[model]") {
 TEST_CASE("config: unsupported models are refused by name", "[model]") {
   CHECK_THAT(parse_err(with(kLlama2, "model_type", "\"gpt2\""), errc::unsupported),
              Contains("key 'model_type': model type \"gpt2\" is not supported (supported: llama, "
-                      "qwen2, qwen3, mistral)"));
+                      "qwen2, qwen3, mistral, smollm3)"));
   CHECK_THAT(parse_err(with(kLlama2, "model_type", ""), errc::format_error),
              Contains("key 'model_type': missing"));
   CHECK_THAT(parse_err(with(kLlama2, "hidden_act", "\"gelu\""), errc::unsupported),

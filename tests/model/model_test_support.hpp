@@ -38,7 +38,8 @@ struct FixtureInfo {
 inline constexpr FixtureInfo kFixtures[] = {
     {"llama-fp16", false},    {"llama-bf16", false},    {"llama-awq-gemm", true},
     {"llama-awq-gemv", true}, {"qwen2-fp16", false},    {"qwen2-awq-gemm", true},
-    {"qwen3-fp16", false},    {"qwen3-awq-gemm", true},
+    {"qwen3-fp16", false},    {"qwen3-awq-gemm", true}, {"smollm3-fp16", false},
+    {"smollm3-awq-gemm", true},
 };
 
 /// tools/reference_forward.py's output: logits of every prompt position and the greedy ids.

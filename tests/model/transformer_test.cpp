@@ -222,7 +222,7 @@ TEST_CASE("int4 at load (RTN) computes exactly the dequantised weights' forward"
   // fixture's weights are first loaded as int4; then a second copy has each Q4Matrix replaced by
   // its exact dequantisation. (load_weights creates the object non-const via make_shared, and
   // this helper holds the only reference, so the const_pointer_cast modification is defined.)
-  for (const char* name : {"llama-fp16", "llama-bf16", "qwen2-fp16", "qwen3-fp16"}) {
+  for (const char* name : {"llama-fp16", "llama-bf16", "qwen2-fp16", "qwen3-fp16", "smollm3-fp16"}) {
     const std::string dir = model_fixture(name);
     INFO(dir);
     const Expected e = edgellm::test::load_expected(dir);

@@ -357,6 +357,9 @@ TINY_QWEN2 = ["--arch", "qwen2", "--hidden", 64, "--layers", 2, "--heads", 4, "-
 TINY_QWEN3 = ["--model-type", "qwen3", "--hidden", 64, "--layers", 2, "--heads", 4,
               "--kv-heads", 2, "--head-dim", 32, "--intermediate", 96, "--vocab", 103,
               "--tie-embeddings", "--seed", 9]
+TINY_SMOLLM3 = ["--model-type", "smollm3", "--hidden", 64, "--layers", 2, "--heads", 4,
+                "--kv-heads", 1, "--intermediate", 96, "--vocab", 107, "--tie-embeddings",
+                "--seed", 11]
 
 
 class CheckpointTest(TmpDirCase):
@@ -497,9 +500,10 @@ class CheckpointTest(TmpDirCase):
 # ============================================================================ reference forward
 
 
-def naive_attention(x, lw, nh, nkv, hd, theta, kv_of=None, qk_norm_eps=None):
+def naive_attention(x, lw, nh, nkv, hd, theta, kv_of=None, qk_norm_eps=None, use_rope=True):
     """One attention block, float64 loops, written from formats.md 3.3 directly (with
-    qk_norm_eps: Qwen3's per-head RMSNorm of q and k by self_attn.q_norm / k_norm)."""
+    qk_norm_eps: Qwen3's per-head RMSNorm of q and k by self_attn.q_norm / k_norm; use_rope
+    False: SmolLM3's NoPE layers, q and k not rotated)."""
     t = x.shape[0]
     W = {k: lw[k].double().numpy() for k in ("self_attn.q_proj", "self_attn.k_proj",
                                              "self_attn.v_proj", "self_attn.o_proj")}
@@ -517,6 +521,8 @@ def naive_attention(x, lw, nh, nkv, hd, theta, kv_of=None, qk_norm_eps=None):
 
     def rope(vec, pos):
         out = vec.copy()
+        if not use_rope:
+            return out
         half = hd // 2
         for i in range(half):
             ang = pos * theta ** (-2.0 * i / hd)
@@ -615,6 +621,37 @@ class ReferenceForwardTest(TmpDirCase):
         rf.dequantize_to(dq, out)
         torch.testing.assert_close(rf.forward(rf.Model(out), [1, 2, 3]),
                                    rf.forward(rf.Model(dq), [1, 2, 3]), rtol=0, atol=0)
+
+    def test_smollm3_nope_layers(self):
+        d = make_ckpt(self.path("s3"), *TINY_SMOLLM3, "--no-rope-layers", "1,0", "--dtype", "fp32",
+                      "--init-std", 0.2, "--rope-theta", 100.0)
+        cfg = read_json(os.path.join(d, "config.json"))
+        self.assertEqual(cfg["model_type"], "smollm3")
+        self.assertEqual(cfg["architectures"], ["SmolLM3ForCausalLM"])
+        self.assertEqual(cfg["no_rope_layers"], [1, 0])
+        m = rf.Model(d, "fp64")
+        self.assertEqual(m.cfg.rope_layers, [1, 0])
+        # without the list, every no_rope_layer_interval-th layer is NoPE (HF's default)
+        self.assertEqual(rf.Config(dict(cfg, no_rope_layers=None, num_hidden_layers=9,
+                                        no_rope_layer_interval=4)).rope_layers,
+                         [1, 1, 1, 0, 1, 1, 1, 0, 1])
+        rng = np.random.default_rng(12)
+        x = rng.standard_normal((5, 64))
+        for li, use_rope in ((0, True), (1, False)):
+            lw = m.layer(li)
+            ours = rf.attention(m, lw, torch.from_numpy(x), torch.arange(5),
+                                use_rope).numpy()
+            ref = naive_attention(x, lw, 4, 1, 16, 100.0, use_rope=use_rope)
+            np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+            # rotating or not matters
+            other = naive_attention(x, lw, 4, 1, 16, 100.0, use_rope=not use_rope)
+            self.assertGreater(np.abs(other - ref).max(), 1e-3)
+        # the whole forward follows the list: a NoPE layer made RoPE changes the logits
+        ids = [3, 1, 4, 1, 5, 9, 2]
+        nope = rf.forward(m, ids)
+        m.cfg.rope_layers = [1, 1]
+        self.assertGreater((rf.forward(m, ids) - nope).abs().max().item(), 1e-3)
+        self._causal_and_finite(rf.Model(d, "fp64"), ids)
 
     def test_gemm_gemv_dequantize_to_agree(self):
         ids = [2, 7, 1, 8, 2, 8]

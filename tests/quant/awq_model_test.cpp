@@ -85,7 +85,7 @@ TEST_CASE("quantize_model awq folds scales without changing the float model", "[
   // At 8 bits without clipping, the quantised weights are the folded ones to ~1/255 of each
   // group's range, so W'[r][c] * norm'[c] must match W[r][c] * norm[c] (q/k/v, gate/up) and
   // up's rows divided by s must be undone by down's columns.
-  for (const char* name : {"qwen2-fp16", "qwen3-fp16", "llama-fp16"}) {
+  for (const char* name : {"qwen2-fp16", "qwen3-fp16", "llama-fp16", "smollm3-fp16"}) {
     INFO(name);
     const std::string dir = fixture(name);
     QuantizeOptions o = small_options(QuantMethod::awq, 8);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The model description edgellm runs: decoder family and shapes of a Llama / Qwen2 / Qwen3 /
-// Mistral model, its AutoAWQ quantization settings, and the RoPE inverse frequencies they imply.
+// Mistral / SmolLM3 model, its AutoAWQ quantization settings, and the RoPE inverse frequencies they imply.
 // Reading them from a checkpoint's config.json is model/config_json.hpp.
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace edgellm::model {
 
 /// The decoder families edgellm runs (config.json `model_type`).
-enum class ModelType { llama, qwen2, mistral, qwen3 };
+enum class ModelType { llama, qwen2, mistral, qwen3, smollm3 };
 
 inline const char* to_string(ModelType t) noexcept {
   switch (t) {
@@ -28,6 +28,8 @@ inline const char* to_string(ModelType t) noexcept {
       return "mistral";
     case ModelType::qwen3:
       return "qwen3";
+    case ModelType::smollm3:
+      return "smollm3";
   }
   return "?";
 }
@@ -87,7 +89,8 @@ struct AwqConfig {
   }
 };
 
-/// The parts of a Hugging Face config.json that define a Llama / Qwen2 / Qwen3 / Mistral decoder.
+/// The parts of a Hugging Face config.json that define a Llama / Qwen2 / Qwen3 / Mistral /
+/// SmolLM3 decoder.
 /// All dimensions are validated positive (and at most 2^31 − 1).
 struct ModelConfig {
   ModelType model_type = ModelType::llama;
@@ -113,6 +116,9 @@ struct ModelConfig {
   /// Mistral's sliding attention window (e.g. 4096 in Mistral-7B-v0.1); nullopt for full
   /// attention. Attention must be limited to this many past positions when set.
   std::optional<std::size_t> sliding_window;
+  /// Per layer, whether RoPE rotates its q and k (SmolLM3's no_rope_layers: 1 RoPE, 0 NoPE,
+  /// attention on content alone); empty: every layer (the other families).
+  std::vector<std::uint8_t> rope_layers;
   std::optional<std::int64_t> bos_token_id;
   /// Stop tokens: config.json's eos_token_id (int or list), then generation_config.json's
   /// ids that are not already present. Each is in [0, vocab_size).
@@ -128,6 +134,9 @@ struct ModelConfig {
   std::size_t kv_dim() const noexcept { return num_key_value_heads * head_dim; }
   /// Query heads per KV head.
   std::size_t gqa_group() const noexcept { return num_attention_heads / num_key_value_heads; }
+  bool uses_rope(std::size_t layer) const noexcept {
+    return layer >= rope_layers.size() || rope_layers[layer] != 0;
+  }
   bool is_eos(std::int64_t token) const noexcept {
     for (const std::int64_t e : eos_token_ids) {
       if (e == token) return true;

@@ -354,9 +354,9 @@ inline result<AwqConfig> parse_awq_config(const io::json::Value& q, std::string_
 /// Parses a config.json object. `source` names it in messages. `generation_config`, if given
 /// (`generation_source` names it), contributes bos_token_id when config.json lacks one and extra
 /// eos ids. Refuses, with errc::unsupported, model types other than llama / qwen2 / qwen3 /
-/// mistral, hidden_act other than silu, partial rotary embeddings, Qwen2 / Qwen3 sliding-window
-/// attention and RoPE scaling other than linear / llama3; other bad values are errc::format_error
-/// naming the key.
+/// mistral / smollm3, hidden_act other than silu, partial rotary embeddings, Qwen2 / Qwen3 /
+/// SmolLM3 sliding-window attention and RoPE scaling other than linear / llama3; other bad
+/// values are errc::format_error naming the key.
 inline result<ModelConfig> parse_model_config(const io::json::Value& config,
                                               std::string_view source,
                                               const io::json::Value* generation_config = nullptr,
@@ -374,7 +374,7 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
   if (!mt) return mt.error();
   if (!*mt) {
     return r.fail("model_type",
-                  "missing (expected \"llama\", \"qwen2\", \"qwen3\" or \"mistral\")");
+                  "missing (expected \"llama\", \"qwen2\", \"qwen3\", \"mistral\" or \"smollm3\")");
   }
   if (**mt == "llama") {
     c.model_type = ModelType::llama;
@@ -384,11 +384,13 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
     c.model_type = ModelType::qwen3;
   } else if (**mt == "mistral") {
     c.model_type = ModelType::mistral;
+  } else if (**mt == "smollm3") {
+    c.model_type = ModelType::smollm3;
   } else {
-    return r.fail(
-        "model_type",
-        "model type \"" + **mt + "\" is not supported (supported: llama, qwen2, qwen3, mistral)",
-        errc::unsupported);
+    return r.fail("model_type",
+                  "model type \"" + **mt +
+                      "\" is not supported (supported: llama, qwen2, qwen3, mistral, smollm3)",
+                  errc::unsupported);
   }
 
   auto act = r.string_opt("hidden_act");
@@ -409,10 +411,9 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
   EDGELLM_CFG_TRY(kv, r.positive_or("num_key_value_heads", *heads));
   EDGELLM_CFG_TRY(vocab, r.positive("vocab_size"));
   // transformers' defaults of each config class.
-  const std::size_t default_ctx = c.model_type == ModelType::llama   ? 2048
-                                  : c.model_type == ModelType::qwen2 ? 32768
-                                  : c.model_type == ModelType::qwen3 ? 32768
-                                                                     : 131072;
+  const std::size_t default_ctx = c.model_type == ModelType::llama     ? 2048
+                                  : c.model_type == ModelType::mistral ? 131072
+                                                                       : 32768;
   EDGELLM_CFG_TRY(ctx, r.positive_or("max_position_embeddings", default_ctx));
   c.hidden_size = *hidden;
   c.intermediate_size = *inter;
@@ -448,7 +449,9 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
   c.rms_norm_eps = *eps;
 
   // RoPE: v5 rope_parameters {rope_type, rope_theta, ...} wins over rope_theta / rope_scaling.
-  EDGELLM_CFG_TRY(theta, r.positive_double_or("rope_theta", 10000.0));
+  EDGELLM_CFG_TRY(theta, r.positive_double_or("rope_theta", c.model_type == ModelType::smollm3
+                                                                   ? 2000000.0
+                                                                   : 10000.0));
   c.rope_theta = *theta;
   const io::json::Value* partial = r.get_non_null("partial_rotary_factor");
   if (const io::json::Value* rp = r.get_non_null("rope_parameters")) {
@@ -480,7 +483,7 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
     }
   }
 
-  EDGELLM_CFG_TRY(tie, r.boolean_or("tie_word_embeddings", false));
+  EDGELLM_CFG_TRY(tie, r.boolean_or("tie_word_embeddings", c.model_type == ModelType::smollm3));
   c.tie_word_embeddings = *tie;
   switch (c.model_type) {
     case ModelType::llama: {
@@ -510,6 +513,42 @@ inline result<ModelConfig> parse_model_config(const io::json::Value& config,
                           (qwen2 ? "Qwen2" : "Qwen3") + " models set it to false)",
                       errc::unsupported);
       }
+      break;
+    }
+    case ModelType::smollm3: {
+      // SmolLM3Config: the Llama layout; no_rope_layers[l] == 0 makes layer l NoPE, else a NoPE
+      // layer every no_rope_layer_interval layers (the 4th, 8th, ...).
+      EDGELLM_CFG_TRY(ab, r.boolean_or("attention_bias", false));
+      EDGELLM_CFG_TRY(mb, r.boolean_or("mlp_bias", false));
+      c.attention_qkv_bias = c.attention_out_bias = *ab;
+      c.mlp_bias = *mb;
+      c.rope_layers.assign(c.num_hidden_layers, 1);
+      if (const io::json::Value* nr = r.get_non_null("no_rope_layers")) {
+        const io::json::Array* list = nr->get_array();
+        if (list == nullptr || list->size() < c.num_hidden_layers)
+          return r.fail_type("no_rope_layers",
+                             "a list of 0/1 with an entry per layer (" +
+                                 std::to_string(c.num_hidden_layers) + ")",
+                             *nr);
+        for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+          const auto v = (*list)[l].get_int();
+          if (!v || (*v != 0 && *v != 1))
+            return r.fail("no_rope_layers", "entry " + std::to_string(l) + " is " +
+                                                io::json::describe((*list)[l]) +
+                                                ", expected 0 (NoPE) or 1 (RoPE)");
+          c.rope_layers[l] = static_cast<std::uint8_t>(*v);
+        }
+      } else {
+        EDGELLM_CFG_TRY(every, r.positive_or("no_rope_layer_interval", std::size_t{4}));
+        for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
+          c.rope_layers[l] = (l + 1) % *every != 0 ? 1 : 0;
+      }
+      EDGELLM_CFG_TRY(sw, r.boolean_or("use_sliding_window", false));
+      if (*sw && r.get_non_null("sliding_window") != nullptr)
+        return r.fail("use_sliding_window",
+                      "SmolLM3 sliding-window attention is not supported (released SmolLM3 models "
+                      "set it to false)",
+                      errc::unsupported);
       break;
     }
     case ModelType::mistral: {

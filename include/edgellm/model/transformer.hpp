@@ -449,6 +449,10 @@ class Transformer {
     u64((c.tie_word_embeddings ? 1u : 0u) | (c.attention_qkv_bias ? 2u : 0u) |
         (c.attention_out_bias ? 4u : 0u) | (c.mlp_bias ? 8u : 0u) |
         (c.attention_qk_norm ? 16u : 0u));
+    if (!c.rope_layers.empty()) {  // only then: the other families' fingerprints are unchanged
+      u64(c.rope_layers.size());
+      for (const std::uint8_t r : c.rope_layers) u64(r);
+    }
     u64(c.awq ? 1 : 0);
     if (c.awq) {
       u64(static_cast<std::uint64_t>(c.awq->bits));
@@ -513,8 +517,10 @@ class Transformer {
         b.head_rms_norm(q_, N[ni::q_norm], T);
         b.head_rms_norm(k_, N[ni::k_norm], T);
       }
-      b.rope(q_, T);
-      b.rope(k_, T);
+      if (weights_->config.uses_rope(l)) {  // SmolLM3's NoPE layers attend on content alone
+        b.rope(q_, T);
+        b.rope(k_, T);
+      }
       if (auto st = b.attention(cache_, l, p0, T, q_, k_, v_, attn_); !st) return st;
       if (auto st = b.linear(W[li::o_proj], attn_, tmp_, T); !st) return st;
       b.add(x_, tmp_, T);

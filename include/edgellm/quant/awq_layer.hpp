@@ -142,6 +142,7 @@ struct AttentionCore {
   std::size_t seqlen = 0;
   std::vector<float> cos, sin;  // [seqlen][head_dim / 2]
   ThreadPool* pool = nullptr;
+  bool rope = true;  // false in SmolLM3's NoPE layers
 
   void run(const float* xn, std::size_t m, std::span<const float> wq, std::span<const float> wk,
            std::span<const float> wv, float* out) const {
@@ -159,7 +160,7 @@ struct AttentionCore {
                         eps);
     }
     const std::size_t blocks = m / seqlen, H = c.num_attention_heads, group = c.gqa_group();
-    for (std::size_t b = 0; b < blocks; ++b) {
+    for (std::size_t b = 0; b < blocks && rope; ++b) {
       kernels::rope(q.data() + b * seqlen * qd, seqlen, H, D, cos.data(), sin.data());
       kernels::rope(k.data() + b * seqlen * kd, seqlen, c.num_key_value_heads, D, cos.data(),
                     sin.data());

@@ -287,6 +287,7 @@ inline result<QuantizeResult> quantize_model_unguarded(const std::string& dir,
     const double t_layer = elapsed();
     auto lw = detail::load_layer(*ckpt, c, li);
     if (!lw) return lw.error();
+    core.rope = c.uses_rope(li);
     detail::LayerF32& W = *lw;
     core.layer = &W;
     QuantLayer out;
