@@ -9,7 +9,11 @@
 // JSON Schemas (the fixtures under tests/data/json_schemas, each emitted as its first valid
 // instance): schema_compile (schema to GBNF to grammar, per schema), schema_apply (per token, a
 // schema's first generation: its masks walked as met), schema_apply_warm (a later generation
-// of the same schema, as a server that keeps compiled schemas).
+// of the same schema, as a server that keeps compiled schemas). The warm rows' two parts, as
+// llguidance and XGrammar publish them: json_mask_warm / schema_mask_warm (the "mask time":
+// follow the history, find the state's mask in the cache) and json_fill_warm / schema_fill_warm
+// (that mask applied, -inf written into the logits row); json_fill_scalar: the application's
+// scalar twin (apply_token_mask_scalar, the specification) on the same masks.
 #include "harness.hpp"
 
 #include <edgellm/constrain/constraint.hpp>
@@ -20,6 +24,7 @@
 #include <chrono>
 #include <filesystem>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +45,36 @@ const char* const kDocuments[] = {
     R"({"verses": [{"book": "Genesis", "chapter": 1, "verse": 3, "text": "And God said, Let there be light: and there was light."}, {"book": "John", "chapter": 11, "verse": 35, "text": "Jesus wept."}]})",
     R"({"summary": "A line with \"quotes\", a tab\t and a newline\n, caf\u00e9 and \u2603.", "score": -0.125e2, "tags": [], "meta": null})",
 };
+
+// After each prefix of `ids`: the time to follow the history and find the (cached) mask, into
+// `mask_us`; the time to apply it to a logits row of zeros, the stop ids let through where the
+// document is whole as apply() does, into `fill_us` (and with the scalar twin into
+// `fill_scalar_us` when given). False: a token the constraint refuses.
+template <class Matcher>
+bool time_split(constrain::TokenConstraint<Matcher>& c, const std::vector<std::int32_t>& ids,
+                std::span<const std::int32_t> stops, std::vector<float>& logits,
+                std::vector<double>& mask_us, std::vector<double>& fill_us,
+                std::vector<double>* fill_scalar_us) {
+  for (std::size_t k = 0; k <= ids.size(); ++k) {
+    auto t0 = Clock::now();
+    const auto state = c.state_after(std::span<const std::int32_t>(ids).first(k));
+    if (!state) return false;
+    const constrain::TokenMask& mask = c.mask_for(*state);
+    mask_us.push_back(us_since(t0));
+    const auto keep = state->accepting() ? stops : std::span<const std::int32_t>();
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    t0 = Clock::now();
+    constrain::apply_token_mask(logits, mask, keep);
+    fill_us.push_back(us_since(t0));
+    if (fill_scalar_us != nullptr) {
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      t0 = Clock::now();
+      constrain::apply_token_mask_scalar(logits, mask, keep);
+      fill_scalar_us->push_back(us_since(t0));
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -111,7 +146,7 @@ int main(int argc, char** argv) {
     row("trie_build", name, vocab, {us_since(t0)});
     const std::vector<std::int32_t> stops{static_cast<std::int32_t>(vocab - 1)};
 
-    std::vector<double> walk_us, apply_us, warm_us, scalar_us;
+    std::vector<double> walk_us, apply_us, warm_us, scalar_us, mask_us, fill_us, fill_scalar_us;
     auto shared = std::make_shared<constrain::JsonMaskCache>(*trie, 4096);
     std::vector<float> logits(vocab);
     for (const char* doc : kDocuments) {
@@ -159,13 +194,19 @@ int main(int argc, char** argv) {
           (warm ? warm_us : apply_us).push_back(us_since(t0));
         }
       }
+      auto split = constrain::JsonConstraint::create(*trie, stops, 0, {.shared_cache = shared});
+      if (!split || !time_split(**split, *ids, stops, logits, mask_us, fill_us, &fill_scalar_us))
+        return 1;
     }
     row("json_walk", name, vocab, walk_us);
     row("json_apply", name, vocab, apply_us);
     row("json_apply_warm", name, vocab, warm_us);
     row("json_scalar", name, vocab, scalar_us);
+    row("json_mask_warm", name, vocab, mask_us);
+    row("json_fill_warm", name, vocab, fill_us);
+    row("json_fill_scalar", name, vocab, fill_scalar_us);
 
-    std::vector<double> compile_us, schema_us, schema_warm_us;
+    std::vector<double> compile_us, schema_us, schema_warm_us, schema_mask_us, schema_fill_us;
     std::size_t refused = 0;
     for (const auto& [schema_text, instance] : schemas) {
       t0 = Clock::now();
@@ -195,11 +236,24 @@ int main(int argc, char** argv) {
         auto& into = warm ? schema_warm_us : schema_us;
         into.insert(into.end(), us.begin(), us.end());
       }
+      // The warm generation's two parts, on the instances it timed.
+      auto c = (*compiled)->start(*trie, stops, 0, 0);
+      if (!c) return 1;
+      auto* split = dynamic_cast<constrain::TokenConstraint<constrain::GrammarMatcher>*>(c->get());
+      if (split == nullptr) {
+        bench::note("[constrain] a schema that does not compile to a grammar");
+        return 1;
+      }
+      if (split->state_after(*ids) &&
+          !time_split(*split, *ids, stops, logits, schema_mask_us, schema_fill_us, nullptr))
+        return 1;
     }
     if (refused > 0) bench::note("[constrain] {}: {} schema instance runs refused", name, refused);
     row("schema_compile", name, vocab, compile_us);
     row("schema_apply", name, vocab, schema_us);
     row("schema_apply_warm", name, vocab, schema_warm_us);
+    row("schema_mask_warm", name, vocab, schema_mask_us);
+    row("schema_fill_warm", name, vocab, schema_fill_us);
   }
   return 0;
 }

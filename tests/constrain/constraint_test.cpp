@@ -14,8 +14,10 @@
 #include "support/test_env.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -212,6 +214,80 @@ TEST_CASE("Choices, regular expressions and GBNF constrain generations", "[const
   const std::string items = generate({.kind = ConstraintKind::grammar, .source = *list}, 32);
   CHECK(items.starts_with("- "));
   CHECK(items.ends_with("\n"));
+}
+
+TEST_CASE("apply_token_mask equals its scalar twin on random masks", "[constrain]") {
+  std::mt19937_64 rng(17);
+  const auto pick = [&rng](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  std::size_t cases = 0;
+  // Widths around the word (64) and vector (4, 8, 16) sizes, and a Qwen-sized row.
+  for (const std::size_t n : {0, 1, 5, 8, 9, 15, 16, 63, 64, 65, 100, 128, 130, 777, 4099, 151665})
+    for (int round = 0; round < (n > 10000 ? 4 : 24); ++round) {
+      // Words of each kind a state's mask has: all refused, all allowed, sparse, dense.
+      constrain::TokenMask mask((n + 63) / 64 + (round % 5 == 4 ? 1 : 0));  // some a word longer
+      if (round % 7 == 6 && !mask.empty()) mask.pop_back();       // some shorter than the row
+      for (auto& word : mask) {
+        const std::uint64_t r = rng();
+        switch (pick(5)) {
+          case 0: word = 0; break;
+          case 1: word = ~std::uint64_t{0}; break;
+          case 2: word = r & rng() & rng(); break;
+          case 3: word = r | rng() | rng(); break;
+          default: word = r; break;
+        }
+      }
+      // Stop ids: none, a few (some refused by the mask, some twice, some past the row), and
+      // more than fit on the stack.
+      std::vector<std::int32_t> keep;
+      const std::size_t kept = round % 6 == 5 ? 12 : pick(4);
+      for (std::size_t k = 0; k < kept; ++k)
+        keep.push_back(static_cast<std::int32_t>(n == 0 || k == 2 ? n + 3 : pick(n)));
+      if (keep.size() > 1) keep.push_back(keep[0]);
+      // Rows at each 4-byte offset from a cache line.
+      const std::size_t offset = pick(16);
+      std::vector<float> fast(n + 16), scalar(n + 16);
+      for (std::size_t i = 0; i < fast.size(); ++i)
+        fast[i] = scalar[i] = static_cast<float>(pick(2001)) - 1000.0f;
+      constrain::apply_token_mask(std::span<float>(fast).subspan(offset, n), mask, keep);
+      constrain::apply_token_mask_scalar(std::span<float>(scalar).subspan(offset, n), mask, keep);
+      INFO("n " << n << " round " << round << " offset " << offset);
+      REQUIRE(fast == scalar);  // the scores outside the row untouched too
+      ++cases;
+    }
+  CHECK(cases > 300);
+}
+
+TEST_CASE("TokenConstraint::apply masks as its mask and the stop ids say", "[constrain]") {
+  // A regular language whose documents may go on once whole: the stop ids pass beside the mask.
+  auto compiled = Constraint::compile({.kind = ConstraintKind::regex, .source = "[a-z ]+[0-9]*"});
+  REQUIRE(compiled);
+  auto started = (*compiled)->start(trie(), stops(), 0, 0);
+  REQUIRE(started);
+  auto* c = dynamic_cast<constrain::TokenConstraint<GrammarMatcher>*>(started->get());
+  REQUIRE(c != nullptr);
+  auto ids = engine()->tokenizer()->encode("and god said let there be light 12",
+                                          {.add_special = false});
+  REQUIRE(ids);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> score(-20.0f, 20.0f);
+  const std::vector<std::int32_t> stop_ids = stops();
+  std::vector<float> logits(engine()->config().vocab_size), expected;
+  std::size_t whole = 0;
+  for (std::size_t k = 0; k <= ids->size(); ++k) {
+    const auto history = std::span<const std::int32_t>(*ids).first(k);
+    for (float& x : logits) x = score(rng);
+    expected = logits;
+    REQUIRE((*started)->apply(logits, history));
+    auto state = c->state_after(history);
+    REQUIRE(state);
+    const auto keep = state->accepting() ? std::span<const std::int32_t>(stop_ids)
+                                         : std::span<const std::int32_t>();
+    whole += state->accepting();
+    constrain::apply_token_mask_scalar(expected, c->mask_for(*state), keep);
+    INFO("after " << k << " tokens");
+    REQUIRE(logits == expected);
+  }
+  CHECK(whole > 0);
 }
 
 }  // namespace test_constraint
