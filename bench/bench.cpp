@@ -2,7 +2,7 @@
 // edgellm-bench: end-to-end prompt processing and generation speed of a checkpoint, in the
 // spirit of llama-bench, with the bandwidth roofline measured by the same binary in the run.
 //
-//   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-t 1,2] [--exact] [--lm-head f16|int8|int4]
+//   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-d 0] [-t 1,2] [--exact] [--lm-head f16|int8|int4]
 //                 [--kv-type int8|f16|f32] [--packed-cache auto|FILE] [--packed-cache-copy]
 //                 [-o tsv|json|jsonl|md|csv] [--quick]
 //                 [--reps N] [--no-lock]
@@ -17,6 +17,22 @@
 // prefix512+16 (ttft_ms = prompt-cache time to first token; prefix_speedup = cold / cached).
 // Every *_median / *_mean / *_stddev triple is over the reps (stddev null for one rep); a
 // column that does not apply to a row is null (empty in tsv/csv).
+//
+// -d D[,D...] (depth, as llama-bench's -d; default 0): pp and tg run after D tokens of context
+// are in the KV cache, filled by an untimed prefill of D tokens (ids made as pp's); each rep
+// truncates back to D, so pp appends its P tokens at positions D.., tg its 16-token prompt and
+// N steps. start and prefix rows are measured at depth 0 only. Every row has `depth`. tg rows:
+// kv_bytes_per_token = K and V bytes (int8 scales included) one step reads, layers x kv_heads x
+// 2 x (head_dim x element bytes [+ 4]) x the positions it attends, averaged over the N steps
+// (D + 16 + (N + 1) / 2); pct_roofline_kv = (weight + KV bytes per token) * tokens/s / the
+// probe, null when they fit the last-level cache (pct_roofline stays weights only). A depth
+// whose pp or tg would run past the model's context is refused.
+// pp rows: int8_macs_per_s = the int8 multiply-adds of the decoder's int4/int8 linears (P x
+// in x out each; lm_head left out: pp computes it for the last token only) / the prefill's
+// time; int8_peak_macs_per_s = the compute probe (bench::measure_int8_peak: the GEMM's int8
+// instruction, named by the `int8_instruction` field, in independent chains on the row's
+// thread count); pct_compute = their ratio in %. Null with --exact (fp32 GEMM) and where the
+// instruction is "none" (the generic kernel).
 // Weight bytes per token: every decoder linear (packed int4 or dense) + lm_head + norms; the
 // embedding row and the KV cache are not counted. Weights are owned memory (repacked) plus the
 // mmapped checkpoint; --no-lock skips mlock of the owned weights (the `weights` column says
@@ -87,11 +103,32 @@ void lock_weights(const model::TransformerWeights& w, bool& ok) {
 }
 
 constexpr std::size_t kSystem = 512, kUser = 16;  // prefix-cache row: system + user tokens
+constexpr std::size_t kStart = 16;                // tg: prompt before the generated tokens
+
+// int8 multiply-adds per token of the decoder's linears that run on int8 dot products (int4
+// on the fast path, int8): in_features x out_features each. lm_head is left out: pp computes
+// its logits for the last token only.
+std::size_t int8_macs_per_token(const model::TransformerWeights& w) {
+  std::size_t macs = 0;
+  for (const auto& l : w.layers)
+    for (const model::Linear* p : l.linears())
+      if (p->quantized()) macs += p->k() * p->n();
+  return macs;
+}
+
+// Bytes of K and V (scales included) one position of the cache holds over all layers: what a
+// decode step reads per position it attends.
+template <class Cache>
+std::size_t kv_bytes_per_position(const model::ModelConfig& c) {
+  const std::size_t row =
+      c.head_dim * sizeof(typename Cache::element) + (Cache::scaled ? sizeof(float) : 0);
+  return c.num_hidden_layers * c.num_key_value_heads * 2 * row;
+}
 
 template <class Cache>
 int run_model(const std::string& dir, const bench::options& opts, std::size_t P, std::size_t N,
-              bool exact, const model::LoadOptions& load, bool lock, const std::string& kv_name,
-              std::size_t llc_bytes, bench::table& out) {
+              const std::vector<std::size_t>& depths, bool exact, const model::LoadOptions& load,
+              bool lock, const std::string& kv_name, std::size_t llc_bytes, bench::table& out) {
   EngineOptions eo;
   eo.load = load;
   eo.load_tokenizer = false;  // synthetic token ids
@@ -108,6 +145,19 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
   std::size_t model_bytes = w.owned_bytes();
   if (!w.lm_head.quantized() && w.lm_head.dense.owned_bytes() == 0)  // a view of the file
     model_bytes += linear_bytes(w.lm_head);
+  // The model's context: a depth whose tests would run past it is refused, not extrapolated.
+  std::size_t model_ctx = w.config.max_position_embeddings;
+  if (w.config.sliding_window) model_ctx = std::min(model_ctx, *w.config.sliding_window);
+  const std::size_t S = std::min(kStart, P);  // tg's prompt
+  const std::size_t depth_max = *std::max_element(depths.begin(), depths.end());
+  for (const std::size_t d : depths) {
+    if (d > 0 && d + std::max(P, S + N) > model_ctx) {
+      bench::note("-d {}: the depth plus the pp{} prompt or the {}-token prompt and tg{} steps "
+                  "({} positions) exceeds the {}-position context of {}",
+                  d, P, S, N, d + std::max(P, S + N), model_ctx, dir);
+      return 2;
+    }
+  }
   bool locked = lock;
   if (lock) lock_weights(w, locked);
   if (!w.packed_cache_note.empty()) bench::note("[bench] packed cache: {}", w.packed_cache_note);
@@ -130,9 +180,17 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
   const char* weights_state = locked ? "mlocked" : "resident";
   const int reps = opts.reps_or(opts.quick ? 1 : 3);
   const std::vector<int> threads_list = opts.threads_or({1, 2});
-  // Deterministic prompt ids (the content does not change the work).
-  std::vector<std::int32_t> prompt(P);
-  for (std::size_t i = 0; i < P; ++i) prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+  // Deterministic prompt ids (the content does not change the work); the depth's tokens are
+  // made the same way.
+  const auto token_ids = [V](std::size_t n) {
+    std::vector<std::int32_t> ids(n);
+    for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+    return ids;
+  };
+  const std::vector<std::int32_t> prompt = token_ids(P), depth_ids = token_ids(depth_max);
+  const std::size_t kv_per_position = kv_bytes_per_position<Cache>(w.config);
+  // pct_compute: the fast path's GEMMs only (--exact dequantises to fp32).
+  const std::size_t macs_per_token = exact ? 0 : int8_macs_per_token(w);
 
   for (int threads : threads_list) {
     auto pool = ThreadPool::create(static_cast<std::size_t>(threads));
@@ -143,7 +201,9 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     model::TransformerOptions to;
     to.pool = pool->get();
     to.path = exact ? kernels::MatmulPath::exact : kernels::MatmulPath::fast;
-    to.context_size = std::max<std::size_t>(P, kSystem + kUser) + N + 8;
+    to.context_size =
+        std::max(depth_max + std::max(P, S + N), std::max<std::size_t>(P, kSystem + kUser)) + N +
+        8;
     to.max_batch = std::max<std::size_t>(P, 64);
     auto tr = model::Transformer<Cache>::create(weights, to);
     if (!tr) {
@@ -152,124 +212,192 @@ int run_model(const std::string& dir, const bench::options& opts, std::size_t P,
     }
     std::vector<float> logits(V);
     const std::string path = exact ? "exact" : "fast";
-
-    // pp: prefill P tokens from an empty cache.
-    const auto pp = bench::measure(
-        [&] {
-          if (auto st = tr->truncate(0); !st) std::exit((bench::note("{}", st.error().message), 1));
-          if (auto st = tr->forward(prompt, decode::LogitsMode::last, logits); !st)
-            std::exit((bench::note("{}", st.error().message), 1));
-          bench::do_not_optimize(logits[0]);
-        },
-        reps, 1);
-    std::vector<double> pp_tps_reps, pp_ms_reps;
-    for (const double us : pp.samples_us) {
-      pp_tps_reps.push_back(static_cast<double>(P) / (us * 1e-6));
-      pp_ms_reps.push_back(us / 1e3);
-    }
-    const bench::stats pp_tps = bench::summarize(pp_tps_reps), pp_ms = bench::summarize(pp_ms_reps);
-    out.row({dir, "pp" + std::to_string(P), threads, path, kv_name, pp_tps.median, pp_tps.mean,
-             pp_tps.stddev, pp_ms.median, pp_ms.mean, pp_ms.stddev, mb,
-             static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
-             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null, bench::null});
-
-    // tg: N greedy single-token steps after a 16-token prompt. The read bandwidth is probed
-    // before each rep and after the last (this host's drifts by tens of percent between
-    // minutes), and each rep's share of the roofline uses the mean of the probes beside it;
-    // the row gives the medians over reps.
-    std::vector<std::int32_t> start(prompt.begin(), prompt.begin() + std::min<std::size_t>(16, P));
-    std::vector<double> ttfts_ms, decodes_s, probes;  // per rep: 16-token prefill, N steps, GB/s
-    const std::size_t bw_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
-    const auto probe = [&] {
-      probes.push_back(bench::measure_read_bandwidth_gbps(
-          threads, bw_bytes / static_cast<std::size_t>(threads), 3));
+    const auto check = [](const status& st) {
+      if (!st) std::exit((bench::note("{}", st.error().message), 1));
     };
-    for (int r = 0; r < reps; ++r) {
-      probe();
-      if (auto st = tr->truncate(0); !st) std::exit(1);
-      const auto t0 = std::chrono::steady_clock::now();
-      if (auto st = tr->forward(start, decode::LogitsMode::last, logits); !st)
-        std::exit((bench::note("{}", st.error().message), 1));
-      const auto t1 = std::chrono::steady_clock::now();
-      ttfts_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      for (std::size_t i = 0; i < N; ++i) {
-        const auto next = static_cast<std::int32_t>(
-            std::max_element(logits.begin(), logits.end()) - logits.begin());
-        if (auto st = tr->forward(std::span<const std::int32_t>(&next, 1),
-                                  decode::LogitsMode::last, logits);
-            !st)
-          std::exit((bench::note("{}", st.error().message), 1));
-      }
-      decodes_s.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-    }
-    probe();
-    using bench::median;
-    std::vector<double> shares, tg_tps_reps;  // per rep: % of the roofline, tokens/s
-    for (std::size_t r = 0; r < decodes_s.size(); ++r) {
-      const double bw = 0.5 * (probes[r] + probes[r + 1]);
-      const double tps = static_cast<double>(N) / std::max(1e-9, decodes_s[r]);
-      tg_tps_reps.push_back(tps);
-      if (bw > 0) shares.push_back(static_cast<double>(per_token) * tps / (bw * 1e9) * 100);
-      bench::note("[bench] t={} tg{} rep {}: {:.2f} tok/s, bandwidth {:.1f} / {:.1f} GB/s -> {:.0f}%",
-                  threads, N, r, tps, probes[r], probes[r + 1],
-                  bw > 0 ? shares.back() : std::nan(""));
-    }
-    const bench::stats ttft = bench::summarize(ttfts_ms), tg_tps = bench::summarize(tg_tps_reps);
-    const double ttft_ms = ttft.median;
-    const double membw = median(probes);
-    const double roofline = shares.empty() ? std::nan("") : median(shares);  // NaN: null
-    bench::note("[bench] t={} pp{} {:.1f} tok/s, tg{} {:.1f} tok/s ({:.0f}% of {:.1f} GB/s)",
-                threads, P, pp_tps.median, N, tg_tps.median, roofline, membw);
-    out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps.median, tg_tps.mean,
-             tg_tps.stddev, ttft.median, ttft.mean, ttft.stddev, mb,
-             static_cast<long long>(bench::peak_rss_bytes()),
-             membw > 0 ? bench::value(membw) : bench::value(),
-             roofline_applies ? bench::value(roofline) : bench::value(), weights_state,
-             bench::null, "cpu", bench::cpu_model(), bench::null, bench::null});
-    // start16: from the start of loading to the first token of the 16-token prompt (load time
-    // plus that prefill; mlock excluded), the figure an app sees at launch.
-    const double start_ms = load_s * 1e3 + ttft_ms;
-    bench::note("[bench] t={} start to first token of a {}-token prompt: {:.0f} ms (load {:.0f} "
-                "+ prefill {:.0f})",
-                threads, start.size(), start_ms, load_s * 1e3, ttft_ms);
-    out.row({dir, "start" + std::to_string(start.size()), threads, path, kv_name, bench::null,
-             bench::null, bench::null, start_ms, load_s * 1e3 + ttft.mean, ttft.stddev, mb,
-             static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
-             weights_state, bench::null, "cpu", bench::cpu_model(), bench::null, bench::null});
+    // The peak of the GEMM's int8 instruction on this thread count (pct_compute of pp).
+    const bench::int8_peak peak =
+        bench::measure_int8_peak(threads, opts.quick ? 0.01 : 0.02, opts.quick ? 3 : 5);
+    const bench::value peak_cell =
+        peak.macs_per_s > 0 ? bench::value(peak.macs_per_s) : bench::value();
+    bench::note("[bench] t={} int8 peak: {} {:.1f} GMAC/s", threads, peak.instruction,
+                peak.macs_per_s / 1e9);
 
-    // Prefix cache: time to first token for a kSystem-token system prompt + a kUser-token user
-    // message, cold (both prefilled) and with the system prompt's state restored from an
-    // in-memory prompt cache (restore + kUser tokens). prefix_speedup = cold / cached.
-    std::vector<std::int32_t> chat(kSystem + kUser);
-    for (std::size_t i = 0; i < chat.size(); ++i) chat[i] = static_cast<std::int32_t>((i * 104729 + 7) % V);
-    const std::span<const std::int32_t> sys(chat.data(), kSystem), user(chat.data() + kSystem, kUser);
-    decode::PromptCache pc;
-    if (auto st = tr->truncate(0); !st) return 1;
-    if (auto st = tr->forward(sys, decode::LogitsMode::last, logits); !st) return 1;
-    if (auto st = decode::save_prompt_cache(*tr, sys, pc); !st)
-      return (bench::note("{}", st.error().message), 1);
-    const auto cold = bench::measure(
-        [&] {
-          if (!tr->truncate(0) || !tr->forward(chat, decode::LogitsMode::last, logits)) std::exit(1);
-          bench::do_not_optimize(logits[0]);
-        },
-        reps, 0);
-    const auto warm = bench::measure(
-        [&] {
-          if (!decode::restore_prompt_cache(*tr, pc) || !tr->forward(user, decode::LogitsMode::last, logits))
-            std::exit(1);
-          bench::do_not_optimize(logits[0]);
-        },
-        reps, 0);
-    bench::note("[bench] t={} prefix cache: ttft {:.1f} ms cold, {:.1f} ms from the cache ({:.1f}x; "
-                "{:.1f} MB of KV state)", threads, cold.median_us / 1e3, warm.median_us / 1e3,
-                cold.median_us / warm.median_us, static_cast<double>(pc.state.size()) / 1e6);
-    out.row({dir, fmt::format("prefix{}+{}", kSystem, kUser), threads, path, kv_name,
-             bench::null, bench::null, bench::null, warm.median_us / 1e3, warm.mean_us / 1e3,
-             warm.stddev_us / 1e3, mb, static_cast<long long>(bench::peak_rss_bytes()),
-             bench::null, bench::null, weights_state, cold.median_us / warm.median_us, "cpu",
-             bench::cpu_model(), bench::null, bench::null});
+    for (const std::size_t depth : depths) {
+      // The depth: an untimed prefill of `depth` tokens; each rep below truncates back to it,
+      // which keeps those positions' keys and values, and appends its own tokens after them.
+      const auto fill_start = std::chrono::steady_clock::now();
+      check(tr->truncate(0));
+      if (depth > 0)
+        check(tr->forward(std::span(depth_ids).first(depth), decode::LogitsMode::last, logits));
+      if (depth > 0)
+        bench::note("[bench] t={} depth {}: filled in {:.1f} ms", threads, depth,
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                              fill_start)
+                        .count());
+      const auto expect_position = [&](std::size_t n, const char* test) {
+        if (tr->position() != n) {
+          bench::note("[bench] {} at depth {}: {} positions in the cache, expected {}", test,
+                      depth, tr->position(), n);
+          std::exit(1);
+        }
+      };
+
+      // pp: prefill P tokens after the depth.
+      const auto pp = bench::measure(
+          [&] {
+            check(tr->truncate(depth));
+            check(tr->forward(prompt, decode::LogitsMode::last, logits));
+            bench::do_not_optimize(logits[0]);
+          },
+          reps, 1);
+      expect_position(depth + P, "pp");
+      std::vector<double> pp_tps_reps, pp_ms_reps;
+      for (const double us : pp.samples_us) {
+        pp_tps_reps.push_back(static_cast<double>(P) / (us * 1e-6));
+        pp_ms_reps.push_back(us / 1e3);
+      }
+      const bench::stats pp_tps = bench::summarize(pp_tps_reps),
+                         pp_ms = bench::summarize(pp_ms_reps);
+      // int8 MACs/s of the GEMMs over the whole prefill (attention, norms, activation
+      // quantisation included in its time), against the probe's peak.
+      const double macs_per_s = static_cast<double>(macs_per_token) * pp_tps.median;
+      const bench::value macs_cell = macs_per_token > 0 ? bench::value(macs_per_s) : bench::value();
+      const bench::value pct_compute = macs_per_token > 0 && peak.macs_per_s > 0
+                                           ? bench::value(macs_per_s / peak.macs_per_s * 100)
+                                           : bench::value();
+      if (macs_per_token > 0 && peak.macs_per_s > 0)
+        bench::note("[bench] t={} pp{} d={}: {:.1f} GMAC/s of int8 GEMM, {:.1f}% of the peak",
+                    threads, P, depth, macs_per_s / 1e9, macs_per_s / peak.macs_per_s * 100);
+      out.row({dir, "pp" + std::to_string(P), threads, path, kv_name, pp_tps.median, pp_tps.mean,
+               pp_tps.stddev, pp_ms.median, pp_ms.mean, pp_ms.stddev, mb,
+               static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
+               weights_state, bench::null, "cpu", bench::cpu_model(), bench::null, bench::null,
+               depth, bench::null, bench::null, macs_cell, peak_cell, pct_compute});
+
+      // tg: N greedy single-token steps after the depth and a kStart-token prompt. The read
+      // bandwidth is probed before each rep and after the last (this host's drifts by tens of
+      // percent between minutes), and each rep's share of the roofline uses the mean of the
+      // probes beside it; the row gives the medians over reps.
+      const std::span<const std::int32_t> start(prompt.data(), S);
+      // Step i attends depth + S + i + 1 positions: the mean over the N steps.
+      const double kv_per_token =
+          static_cast<double>(kv_per_position) *
+          (static_cast<double>(depth + S) + static_cast<double>(N + 1) / 2);
+      const bool roofline_kv_applies =
+          llc_bytes != 0 && static_cast<double>(per_token) + kv_per_token > static_cast<double>(llc_bytes);
+      std::vector<double> ttfts_ms, decodes_s, probes;  // per rep: prompt prefill, N steps, GB/s
+      const std::size_t bw_bytes = opts.quick ? (std::size_t{64} << 20) : (std::size_t{1} << 30);
+      const auto probe = [&] {
+        probes.push_back(bench::measure_read_bandwidth_gbps(
+            threads, bw_bytes / static_cast<std::size_t>(threads), 3));
+      };
+      for (int r = 0; r < reps; ++r) {
+        probe();
+        check(tr->truncate(depth));
+        const auto t0 = std::chrono::steady_clock::now();
+        check(tr->forward(start, decode::LogitsMode::last, logits));
+        const auto t1 = std::chrono::steady_clock::now();
+        ttfts_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        for (std::size_t i = 0; i < N; ++i) {
+          const auto next = static_cast<std::int32_t>(
+              std::max_element(logits.begin(), logits.end()) - logits.begin());
+          check(tr->forward(std::span<const std::int32_t>(&next, 1), decode::LogitsMode::last,
+                            logits));
+        }
+        decodes_s.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+      }
+      expect_position(depth + S + N, "tg");
+      probe();
+      using bench::median;
+      // per rep: % of the roofline (weights; weights + KV), tokens/s
+      std::vector<double> shares, shares_kv, tg_tps_reps;
+      for (std::size_t r = 0; r < decodes_s.size(); ++r) {
+        const double bw = 0.5 * (probes[r] + probes[r + 1]);
+        const double tps = static_cast<double>(N) / std::max(1e-9, decodes_s[r]);
+        tg_tps_reps.push_back(tps);
+        if (bw > 0) {
+          shares.push_back(static_cast<double>(per_token) * tps / (bw * 1e9) * 100);
+          shares_kv.push_back((static_cast<double>(per_token) + kv_per_token) * tps / (bw * 1e9) *
+                              100);
+        }
+        bench::note("[bench] t={} tg{} d={} rep {}: {:.2f} tok/s, bandwidth {:.1f} / {:.1f} GB/s "
+                    "-> {:.0f}% (weights), {:.0f}% (weights + KV)",
+                    threads, N, depth, r, tps, probes[r], probes[r + 1],
+                    bw > 0 ? shares.back() : std::nan(""), bw > 0 ? shares_kv.back() : std::nan(""));
+      }
+      const bench::stats ttft = bench::summarize(ttfts_ms), tg_tps = bench::summarize(tg_tps_reps);
+      const double ttft_ms = ttft.median;
+      const double membw = median(probes);
+      const double roofline = shares.empty() ? std::nan("") : median(shares);  // NaN: null
+      const double roofline_kv = shares_kv.empty() ? std::nan("") : median(shares_kv);
+      bench::note("[bench] t={} d={} pp{} {:.1f} tok/s, tg{} {:.1f} tok/s ({:.0f}% of {:.1f} GB/s; "
+                  "{:.0f}% with {:.2f} MB of KV per token)",
+                  threads, depth, P, pp_tps.median, N, tg_tps.median, roofline, membw, roofline_kv,
+                  kv_per_token / 1e6);
+      out.row({dir, "tg" + std::to_string(N), threads, path, kv_name, tg_tps.median, tg_tps.mean,
+               tg_tps.stddev, ttft.median, ttft.mean, ttft.stddev, mb,
+               static_cast<long long>(bench::peak_rss_bytes()),
+               membw > 0 ? bench::value(membw) : bench::value(),
+               roofline_applies ? bench::value(roofline) : bench::value(), weights_state,
+               bench::null, "cpu", bench::cpu_model(), bench::null, bench::null, depth,
+               static_cast<long long>(std::llround(kv_per_token)),
+               roofline_kv_applies ? bench::value(roofline_kv) : bench::value(), bench::null,
+               bench::null, bench::null});
+      if (depth != 0) continue;  // start and prefix rows: from an empty cache only
+
+      // start16: from the start of loading to the first token of the 16-token prompt (load time
+      // plus that prefill; mlock excluded), the figure an app sees at launch.
+      const double start_ms = load_s * 1e3 + ttft_ms;
+      bench::note("[bench] t={} start to first token of a {}-token prompt: {:.0f} ms (load {:.0f} "
+                  "+ prefill {:.0f})",
+                  threads, start.size(), start_ms, load_s * 1e3, ttft_ms);
+      out.row({dir, "start" + std::to_string(start.size()), threads, path, kv_name, bench::null,
+               bench::null, bench::null, start_ms, load_s * 1e3 + ttft.mean, ttft.stddev, mb,
+               static_cast<long long>(bench::peak_rss_bytes()), bench::null, bench::null,
+               weights_state, bench::null, "cpu", bench::cpu_model(), bench::null, bench::null,
+               depth, bench::null, bench::null, bench::null, bench::null, bench::null});
+
+      // Prefix cache: time to first token for a kSystem-token system prompt + a kUser-token
+      // user message, cold (both prefilled) and with the system prompt's state restored from an
+      // in-memory prompt cache (restore + kUser tokens). prefix_speedup = cold / cached.
+      std::vector<std::int32_t> chat(kSystem + kUser);
+      for (std::size_t i = 0; i < chat.size(); ++i)
+        chat[i] = static_cast<std::int32_t>((i * 104729 + 7) % V);
+      const std::span<const std::int32_t> sys(chat.data(), kSystem),
+          user(chat.data() + kSystem, kUser);
+      decode::PromptCache pc;
+      if (auto st = tr->truncate(0); !st) return 1;
+      if (auto st = tr->forward(sys, decode::LogitsMode::last, logits); !st) return 1;
+      if (auto st = decode::save_prompt_cache(*tr, sys, pc); !st)
+        return (bench::note("{}", st.error().message), 1);
+      const auto cold = bench::measure(
+          [&] {
+            if (!tr->truncate(0) || !tr->forward(chat, decode::LogitsMode::last, logits))
+              std::exit(1);
+            bench::do_not_optimize(logits[0]);
+          },
+          reps, 0);
+      const auto warm = bench::measure(
+          [&] {
+            if (!decode::restore_prompt_cache(*tr, pc) ||
+                !tr->forward(user, decode::LogitsMode::last, logits))
+              std::exit(1);
+            bench::do_not_optimize(logits[0]);
+          },
+          reps, 0);
+      bench::note("[bench] t={} prefix cache: ttft {:.1f} ms cold, {:.1f} ms from the cache "
+                  "({:.1f}x; {:.1f} MB of KV state)",
+                  threads, cold.median_us / 1e3, warm.median_us / 1e3,
+                  cold.median_us / warm.median_us, static_cast<double>(pc.state.size()) / 1e6);
+      out.row({dir, fmt::format("prefix{}+{}", kSystem, kUser), threads, path, kv_name,
+               bench::null, bench::null, bench::null, warm.median_us / 1e3, warm.mean_us / 1e3,
+               warm.stddev_us / 1e3, mb, static_cast<long long>(bench::peak_rss_bytes()),
+               bench::null, bench::null, weights_state, cold.median_us / warm.median_us, "cpu",
+               bench::cpu_model(), bench::null, bench::null, depth, bench::null, bench::null,
+               bench::null, bench::null, bench::null});
+    }
   }
   return 0;
 }
@@ -481,6 +609,7 @@ int run_profile(const std::string& dir, const bench::options& opts, std::size_t 
 int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::size_t P = 128, N = 64;
+  std::vector<std::size_t> depths{0};
   bool exact = false, lock = true, packed_copy = false, force = false, allow_extra = false;
   bool profile = false;
   std::string kv = "int8", backend_arg = "cpu";
@@ -497,6 +626,14 @@ int main(int argc, char** argv) {
           flag::number<std::size_t>({"-p"}, "N", "prompt tokens for the pp test", P, 1, 1000000),
           flag::number<std::size_t>({"-n"}, "N", "generated tokens for the tg test", N, 1,
                                     1000000),
+          flag::list<std::size_t>(
+              {"-d", "--depth"}, "N[,N...]",
+              "depths: pp and tg run after N tokens of context are in the KV cache\n"
+              "(an untimed prefill); start and prefix rows at depth 0 only. tg rows:\n"
+              "kv_bytes_per_token, and pct_roofline_kv counting weights + KV bytes\n"
+              "(pct_roofline: weights only). pp rows: pct_compute (int8 GEMM MACs/s\n"
+              "against the int8_instruction probe)",
+              depths, std::size_t{0}, std::size_t{1} << 24),
           flag::threads({"-t"}, "thread counts; same as --threads", o.threads)
               .shows_default("1,2"),
           flag::boolean({"--exact"}, "exact fp32 int4 path instead of the fast W4A8 path", exact),
@@ -561,6 +698,12 @@ int main(int argc, char** argv) {
   load.packed_cache_copy = packed_copy;
   load.packed_cache_overwrite = force;
   load.allow_extra_tensors = allow_extra;
+  const bool deep = std::any_of(depths.begin(), depths.end(), [](std::size_t d) { return d > 0; });
+  if (deep && (profile || backend_arg != "cpu")) {
+    bench::note("-d: depths other than 0 apply to the CPU timing rows (not --profile or "
+                "--backend vulkan)");
+    return 2;
+  }
   if (profile) {
     bench::table prof(o, {"model", "test", "threads", "path", "kv_type", "op", "ms_per_token",
                           "pct_token", "calls_per_token", "forkjoins_per_token",
@@ -604,12 +747,16 @@ int main(int argc, char** argv) {
                        "tokens_per_s_mean", "tokens_per_s_stddev", "ttft_ms_median",
                        "ttft_ms_mean", "ttft_ms_stddev", "model_bytes", "peak_rss_bytes",
                        "membw_gbps", "pct_roofline", "weights", "prefix_speedup", "backend",
-                       "device", "submits_per_token", "gemv"});
+                       "device", "submits_per_token", "gemv", "depth", "kv_bytes_per_token",
+                       "pct_roofline_kv", "int8_macs_per_s", "int8_peak_macs_per_s",
+                       "pct_compute"});
+  // The instruction of the compute probe (int8_peak_macs_per_s): the prefill GEMM's.
+  out.add_metadata("int8_instruction", bench::int8_gemm_instruction().instruction);
   const std::size_t llc = bench::last_level_cache_bytes();
   for (const auto& dir : models) {
     const int rc = cache::with_kv_type(*kv_type, [&](auto tag) {
       using Cache = typename decltype(tag)::type;
-      return run_model<Cache>(dir, o, P, N, exact, load, lock, kv, llc, out);
+      return run_model<Cache>(dir, o, P, N, depths, exact, load, lock, kv, llc, out);
     });
     if (rc != 0) return rc;
   }

@@ -13,6 +13,7 @@
 #include <edgellm/detail/cpu_topology.hpp>
 #include <edgellm/io/json_write.hpp>
 #include <edgellm/io/meminfo.hpp>
+#include <edgellm/kernels/matmul.hpp>  // best_isa: the family the GEMM runs (compute probe)
 
 #include <fmt/format.h>
 #include <xsimd/xsimd.hpp>
@@ -315,6 +316,285 @@ inline double measure_read_bandwidth_gbps(int threads, std::size_t bytes_per_thr
   const double best = *std::min_element(seconds.begin(), seconds.end());
   reset_peak_rss();  // the buffers are freed: keep them out of the caller's peak RSS
   return static_cast<double>(words * sizeof(std::uint64_t)) * threads / best / 1e9;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compute probe: the peak int8 multiply-add rate of the fast path's GEMM instruction
+
+namespace probe_detail {
+
+// Each kernel runs `iters` steps of `chains` independent accumulator chains of one instruction
+// (or of the fixed sequence the microkernel uses in its place) and returns a checksum;
+// `macs`: int8 multiply-adds per chain step. The chains cover the instruction's latency times
+// its issue rate on the cores we know. The operands pass through an empty asm each step, so
+// the compiler can neither hoist a product that does not depend on the accumulator out of the
+// loop nor share it between chains. The chains are named variables bound by an empty asm each
+// step, not an array: GCC 12 keeps an array of vectors on the stack here, and the probe would
+// time its loads and stores. Target attributes as in kernels/arch/: with_dot calls one only for
+// a family kernels::isa_supported() says the CPU has.
+#define EDGELLM_PROBE_X6(S) S(0) S(1) S(2) S(3) S(4) S(5)
+#define EDGELLM_PROBE_X8(S) EDGELLM_PROBE_X6(S) S(6) S(7)
+#define EDGELLM_PROBE_X12(S) EDGELLM_PROBE_X8(S) S(8) S(9) S(10) S(11)
+#define EDGELLM_PROBE_X16(S) EDGELLM_PROBE_X12(S) S(12) S(13) S(14) S(15)
+
+#if EDGELLM_X86_MICROKERNELS
+struct DotAvx512Vnni {  // vpdpbusd zmm: 16 int32 lanes x 4 u8*s8 products
+  static constexpr const char* name = "vpdpbusd zmm";
+  static constexpr std::size_t macs = 64, chains = 12;
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static std::int64_t run(
+      std::size_t iters, std::int32_t seed) noexcept {
+    __m512i w = _mm512_set1_epi32(seed), x = _mm512_set1_epi32(seed ^ 0x01020304);
+#define EDGELLM_INIT(i) __m512i a##i = _mm512_set1_epi32(i);
+#define EDGELLM_STEP(i)                       \
+  a##i = _mm512_dpbusd_epi32(a##i, w, x);     \
+  __asm__("" : "+v"(a##i));
+#define EDGELLM_SUM(i) a0 = _mm512_add_epi32(a0, a##i);
+    EDGELLM_PROBE_X12(EDGELLM_INIT)
+    std::size_t n = 0;
+    do {
+      __asm__("" : "+v"(w), "+v"(x));
+      EDGELLM_PROBE_X12(EDGELLM_STEP)
+    } while (++n < iters);
+    EDGELLM_PROBE_X12(EDGELLM_SUM)
+#undef EDGELLM_INIT
+#undef EDGELLM_STEP
+#undef EDGELLM_SUM
+    std::int32_t lanes[16];
+    _mm512_storeu_si512(lanes, a0);
+    return lanes[0];
+  }
+};
+
+struct DotAvxVnni {  // vpdpbusd ymm (VEX): 8 int32 lanes x 4
+  static constexpr const char* name = "vpdpbusd ymm";
+  static constexpr std::size_t macs = 32, chains = 12;  // + 2 operands: 14 of 16 registers
+  __attribute__((target("avxvnni,avx2"))) static std::int64_t run(std::size_t iters,
+                                                                   std::int32_t seed) noexcept {
+    __m256i w = _mm256_set1_epi32(seed), x = _mm256_set1_epi32(seed ^ 0x01020304);
+#define EDGELLM_INIT(i) __m256i a##i = _mm256_set1_epi32(i);
+#define EDGELLM_STEP(i)                         \
+  a##i = _mm256_dpbusd_avx_epi32(a##i, w, x);   \
+  __asm__("" : "+x"(a##i));
+#define EDGELLM_SUM(i) a0 = _mm256_add_epi32(a0, a##i);
+    EDGELLM_PROBE_X12(EDGELLM_INIT)
+    std::size_t n = 0;
+    do {
+      __asm__("" : "+x"(w), "+x"(x));
+      EDGELLM_PROBE_X12(EDGELLM_STEP)
+    } while (++n < iters);
+    EDGELLM_PROBE_X12(EDGELLM_SUM)
+#undef EDGELLM_INIT
+#undef EDGELLM_STEP
+#undef EDGELLM_SUM
+    return _mm256_extract_epi32(a0, 0);
+  }
+};
+
+// vpmaddubsw + vpmaddwd + vpaddd: 32 u8*s8 products into 8 int32, the AVX2 kernel's dot. The
+// products do not depend on the accumulator: each chain has its own opaque operand.
+struct DotAvx2 {
+  static constexpr const char* name = "vpmaddubsw+vpmaddwd ymm";
+  static constexpr std::size_t macs = 32, chains = 6;  // 2 * 6 + 2 of 16 registers
+  __attribute__((target("avx2"))) static std::int64_t run(std::size_t iters,
+                                                          std::int32_t seed) noexcept {
+    __m256i x = _mm256_set1_epi32(seed ^ 0x01020304);
+    const __m256i ones = _mm256_set1_epi16(1);
+#define EDGELLM_INIT(i) __m256i a##i = _mm256_set1_epi32(i), w##i = _mm256_set1_epi32(seed + i);
+#define EDGELLM_STEP(i)                                                                     \
+  __asm__("" : "+x"(w##i));                                                                 \
+  a##i = _mm256_add_epi32(a##i, _mm256_madd_epi16(_mm256_maddubs_epi16(w##i, x), ones));    \
+  __asm__("" : "+x"(a##i));
+#define EDGELLM_SUM(i) a0 = _mm256_add_epi32(a0, a##i);
+    EDGELLM_PROBE_X6(EDGELLM_INIT)
+    std::size_t n = 0;
+    do {
+      __asm__("" : "+x"(x));
+      EDGELLM_PROBE_X6(EDGELLM_STEP)
+    } while (++n < iters);
+    EDGELLM_PROBE_X6(EDGELLM_SUM)
+#undef EDGELLM_INIT
+#undef EDGELLM_STEP
+#undef EDGELLM_SUM
+    return _mm256_extract_epi32(a0, 0);
+  }
+};
+#endif  // EDGELLM_X86_MICROKERNELS
+
+#if EDGELLM_NEON_MICROKERNELS
+// Accumulating instructions (smmla, sdot) with shared opaque operands.
+#define EDGELLM_PROBE_NEON_ACC(TARGET)                                               \
+  TARGET static std::int64_t run(std::size_t iters, std::int32_t seed) noexcept {    \
+    int8x16_t w = vreinterpretq_s8_s32(vdupq_n_s32(seed));                           \
+    int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(seed ^ 0x01020304));              \
+    EDGELLM_PROBE_X16(EDGELLM_INIT)                                                  \
+    std::size_t n = 0;                                                               \
+    do {                                                                             \
+      __asm__("" : "+w"(w), "+w"(x));                                                \
+      EDGELLM_PROBE_X16(EDGELLM_STEP)                                                \
+    } while (++n < iters);                                                           \
+    EDGELLM_PROBE_X16(EDGELLM_SUM)                                                   \
+    return vaddvq_s32(a0);                                                           \
+  }
+#define EDGELLM_INIT(i) int32x4_t a##i = vdupq_n_s32(i);
+#define EDGELLM_SUM(i) a0 = vaddq_s32(a0, a##i);
+
+struct DotNeonI8mm {  // smmla: a 2x8 by 8x2 int8 product into 2x2 int32
+  static constexpr const char* name = "smmla";
+  static constexpr std::size_t macs = 32, chains = 16;
+#define EDGELLM_STEP(i)                 \
+  a##i = vmmlaq_s32(a##i, w, x);        \
+  __asm__("" : "+w"(a##i));
+  EDGELLM_PROBE_NEON_ACC(EDGELLM_TARGET_I8MM)
+#undef EDGELLM_STEP
+};
+
+struct DotNeonDot {  // sdot (vector form): 4 int32 lanes x 4 products
+  static constexpr const char* name = "sdot";
+  static constexpr std::size_t macs = 16, chains = 16;
+#define EDGELLM_STEP(i)                 \
+  a##i = vdotq_s32(a##i, w, x);         \
+  __asm__("" : "+w"(a##i));
+  EDGELLM_PROBE_NEON_ACC(EDGELLM_TARGET_DOTPROD)
+#undef EDGELLM_STEP
+};
+#undef EDGELLM_INIT
+#undef EDGELLM_PROBE_NEON_ACC
+
+// smull + smlal (8 + 8 widening int8 products into int16) + sadalp into int32: the Armv8.0
+// kernel's sequence. As for AVX2, each chain has its own opaque operand.
+struct DotNeon {
+  static constexpr const char* name = "smull+smlal+sadalp";
+  static constexpr std::size_t macs = 16, chains = 8;
+  static std::int64_t run(std::size_t iters, std::int32_t seed) noexcept {
+    int8x8_t x0 = vreinterpret_s8_s32(vdup_n_s32(seed ^ 0x01020304));
+    int8x8_t x1 = vreinterpret_s8_s32(vdup_n_s32(seed ^ 0x05060708));
+#define EDGELLM_INIT(i) \
+  int32x4_t a##i = vdupq_n_s32(i); \
+  int8x8_t w##i = vreinterpret_s8_s32(vdup_n_s32(seed + i));
+#define EDGELLM_STEP(i)                                                \
+  __asm__("" : "+w"(w##i));                                            \
+  a##i = vpadalq_s16(a##i, vmlal_s8(vmull_s8(w##i, x0), w##i, x1));    \
+  __asm__("" : "+w"(a##i));
+    EDGELLM_PROBE_X8(EDGELLM_INIT)
+    std::size_t n = 0;
+    do {
+      __asm__("" : "+w"(x0), "+w"(x1));
+      EDGELLM_PROBE_X8(EDGELLM_STEP)
+    } while (++n < iters);
+    EDGELLM_PROBE_X8(EDGELLM_SUM)
+#undef EDGELLM_INIT
+#undef EDGELLM_STEP
+    return vaddvq_s32(a0);
+  }
+};
+#undef EDGELLM_SUM
+#endif  // EDGELLM_NEON_MICROKERNELS
+
+#undef EDGELLM_PROBE_X6
+#undef EDGELLM_PROBE_X8
+#undef EDGELLM_PROBE_X12
+#undef EDGELLM_PROBE_X16
+
+// MACs per second of Dot on `threads` std::threads at once: a calibration run on this thread
+// (which also brings the core to the clock the instruction runs at) sizes a rep to
+// ~`rep_seconds`; each rep starts all threads at a barrier and ends when the last finishes;
+// the best of `reps` (a shared host only slows a rep down).
+template <class Dot>
+double dot_macs_per_s(int threads, double rep_seconds, int reps) {
+  std::size_t iters = 1 << 14;
+  for (;;) {  // grow until the calibration run is long enough to time
+    const auto t0 = std::chrono::steady_clock::now();
+    do_not_optimize(Dot::run(iters, 1));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= 2e-3 || iters >= (std::size_t{1} << 34)) {
+      iters = std::max<std::size_t>(
+          1, static_cast<std::size_t>(static_cast<double>(iters) * rep_seconds / s));
+      break;
+    }
+    iters *= 4;
+  }
+  std::vector<double> seconds;
+  std::chrono::steady_clock::time_point t0;
+  int phase = 1;  // 1: start of a rep, 2: its end
+  std::barrier sync(threads, [&]() noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    if (phase == 1) t0 = now;
+    if (phase == 2) seconds.push_back(std::chrono::duration<double>(now - t0).count());
+    phase = phase == 1 ? 2 : 1;
+  });
+  auto worker = [&](int t) {
+    for (int r = 0; r < reps; ++r) {
+      sync.arrive_and_wait();
+      do_not_optimize(Dot::run(iters, t + 1));
+      sync.arrive_and_wait();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (auto& th : pool) th.join();
+  const double best = *std::min_element(seconds.begin(), seconds.end());
+  return static_cast<double>(iters * Dot::chains * Dot::macs) * threads / best;
+}
+
+// Calls fn(std::type_identity<Dot>{}) with the probe kernel of the family `isa`, or returns
+// `none` for the generic kernel (no int8 dot instruction) and families this build lacks.
+template <class R, class Fn>
+R with_dot(edgellm::kernels::Isa isa, R none, Fn&& fn) {
+  using edgellm::kernels::Isa;
+  switch (isa) {
+#if EDGELLM_X86_MICROKERNELS
+    case Isa::avx512_vnni: return fn(std::type_identity<DotAvx512Vnni>{});
+    case Isa::avx_vnni: return fn(std::type_identity<DotAvxVnni>{});
+    case Isa::avx2: return fn(std::type_identity<DotAvx2>{});
+#endif
+#if EDGELLM_NEON_MICROKERNELS
+    case Isa::neon_i8mm: return fn(std::type_identity<DotNeonI8mm>{});
+    case Isa::neon_dotprod: return fn(std::type_identity<DotNeonDot>{});
+    case Isa::neon: return fn(std::type_identity<DotNeon>{});
+#endif
+    default: return none;
+  }
+}
+
+}  // namespace probe_detail
+
+/// The int8 multiply-add instruction of the fast path's prefill GEMM on this CPU and, once
+/// measured, its peak rate.
+struct int8_peak {
+  /// The microkernel family the GEMM dispatches to (kernels::best_isa(): run-time detection).
+  edgellm::kernels::Isa isa = edgellm::kernels::Isa::generic;
+  /// "vpdpbusd zmm", "vpdpbusd ymm", "vpmaddubsw+vpmaddwd ymm", "smmla", "sdot",
+  /// "smull+smlal+sadalp"; "none": the generic kernel, which has no int8 dot instruction.
+  std::string instruction = "none";
+  /// int8 multiply-adds (MACs) per second on the probed thread count; 0 for "none".
+  double macs_per_s = 0;
+};
+
+/// The instruction of int8_peak for `isa` (default: the family the GEMM dispatches to), not
+/// measured.
+inline int8_peak int8_gemm_instruction(edgellm::kernels::Isa isa = edgellm::kernels::best_isa()) {
+  int8_peak p;
+  p.isa = isa;
+  if (!edgellm::kernels::isa_supported(isa)) return p;
+  p.instruction = probe_detail::with_dot(isa, std::string("none"), [](auto tag) {
+    return std::string(decltype(tag)::type::name);
+  });
+  return p;
+}
+
+/// The peak int8 MAC rate of the GEMM's instruction (int8_gemm_instruction) on `threads`
+/// threads at once: per thread a loop of independent accumulator chains of that instruction
+/// (probe_detail), best of `reps` reps of ~`rep_seconds`. macs_per_s stays 0 where the
+/// instruction is "none".
+inline int8_peak measure_int8_peak(int threads, double rep_seconds = 0.05, int reps = 3) {
+  int8_peak p = int8_gemm_instruction();
+  if (p.instruction == "none") return p;
+  p.macs_per_s = probe_detail::with_dot(p.isa, 0.0, [&](auto tag) {
+    return probe_detail::dot_macs_per_s<typename decltype(tag)::type>(
+        std::max(threads, 1), rep_seconds, std::max(reps, 1));
+  });
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ objects; jsonl: one object a line; csv (the csv module): a header and rows of as
 md: a table with `|` rows. json, jsonl and csv carry the build and CPU fields in every row.
 Rows of the end-to-end bench (a `test` column) must say "not applicable" with null (empty in
 tsv/csv, "-" in md), never with 0: membw_gbps and pct_roofline on pp rows, tokens_per_s_* on
-the start and prefix rows, prefix_speedup anywhere but the prefix row. Prints FAIL and exits 1
-on the first violation.
+the start and prefix rows, prefix_speedup anywhere but the prefix row; kv_bytes_per_token and
+pct_roofline_kv on all but tg rows, int8_macs_per_s and pct_compute on all but pp rows. Every
+row has its depth (-d); tg rows the KV bytes a step reads, more at a greater depth; start and
+prefix rows come at depth 0 only. Prints FAIL and exits 1 on the first violation.
 """
 import csv
 import io
@@ -102,6 +104,7 @@ def main():
                 fail(f"{r['test']}: {k} = {r[k]!r}, expected a number > 0", out)
 
         seen = set()
+        kv_by_depth = {}  # threads -> [(depth, kv_bytes_per_token)] of the tg rows
         for r in rows:
             t = r["test"]
             kind = t.rstrip("0123456789+")
@@ -123,10 +126,35 @@ def main():
             else:
                 null(r, "prefix_speedup")
             number(r, "ttft_ms_median")
-            if r["pct_roofline"] is not None and float(r["pct_roofline"]) == 0:
-                fail(f"{t}: pct_roofline 0", out)
+            for k in ("pct_roofline", "pct_roofline_kv", "pct_compute", "int8_macs_per_s",
+                      "int8_peak_macs_per_s"):
+                if r[k] is not None and float(r[k]) <= 0:
+                    fail(f"{t}: {k} {r[k]!r}, expected null or a number > 0", out)
+            if r["depth"] is None or int(r["depth"]) < 0:
+                fail(f"{t}: depth {r['depth']!r}", out)
+            depth = int(r["depth"])
+            if kind == "tg":
+                number(r, "kv_bytes_per_token")
+                kv_by_depth.setdefault(int(r["threads"]), []).append(
+                    (depth, float(r["kv_bytes_per_token"])))
+            else:
+                null(r, "kv_bytes_per_token")
+                null(r, "pct_roofline_kv")
+            if kind != "pp":
+                for k in ("int8_macs_per_s", "int8_peak_macs_per_s", "pct_compute"):
+                    null(r, k)
+            elif (r["pct_compute"] is None) != (r["int8_macs_per_s"] is None):
+                fail(f"{t}: pct_compute without int8_macs_per_s or the reverse", out)
+            if kind in ("start", "prefix") and depth != 0:
+                fail(f"{t}: a {kind} row at depth {depth}", out)
         if seen != {"pp", "tg", "start", "prefix"}:
             fail(f"e2e rows: {sorted(seen)}", out)
+        for threads, kv in kv_by_depth.items():
+            kv.sort()
+            for (d0, b0), (d1, b1) in zip(kv, kv[1:]):
+                if d1 > d0 and not b1 > b0:
+                    fail(f"t={threads}: {b1} KV bytes per token at depth {d1}, "
+                         f"not more than {b0} at depth {d0}", out)
     print(f"ok {fmt}: {len(rows)} rows, {len(keys)} fields")
 
 
