@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-SERVER, ROOT = sys.argv[1], sys.argv[2]
+SERVER, ROOT = sys.argv[1], os.path.abspath(sys.argv[2])  # symlinks below point into ROOT
 MODEL = os.path.join(ROOT, "models", "kjv-target-awq")
 failures = []
 
