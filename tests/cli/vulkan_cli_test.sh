@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # edgellm-logits --backend vulkan (lavapipe in CI) against the CPU's exact path with the stored
-# lm_head on the fixtures (Llama, Qwen2, Qwen3; fp16 quantised at load and AutoAWQ int4): every
+# lm_head on the fixtures (Llama, Qwen2, Qwen3, SmolLM3; fp16 quantised at load and AutoAWQ int4): every
 # position within 1e-2 of that position's logit range; edgellm-generate --backend vulkan
 # streams the CPU's text (greedy, f16 KV, fp16 lm_head) on the bundled model, with a draft and
 # a prompt cache too; and the refusals of both. Exit 77 (skipped) where the host has no Vulkan
@@ -21,7 +21,8 @@ if grep -q "no Vulkan" <<<"$probe"; then
   exit 77
 fi
 
-for f in llama-awq-gemm qwen2-awq-gemm qwen3-awq-gemm llama-fp16 qwen2-fp16 qwen3-fp16; do
+for f in llama-awq-gemm qwen2-awq-gemm qwen3-awq-gemm smollm3-awq-gemm llama-fp16 qwen2-fp16 qwen3-fp16 \
+    smollm3-fp16; do
   dir="$src/tests/data/model/$f"
   ids=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["ids"])))' "$dir/expected.json")
   if ! "$logits" --model "$dir" --ids "$ids" --all-positions --out "$tmp/vk.json" --backend vulkan --quiet 2>"$tmp/err"; then
