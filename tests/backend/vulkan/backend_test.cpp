@@ -136,10 +136,10 @@ TEST_CASE("a Transformer on Vulkan matches the CPU's exact path on the fixtures"
     auto dev = test::vulkan_test_device();
     if (!dev) return;
     log = dev->validation_log();
-    // smollm3: a NoPE layer (the Transformer records no rope op for it).
+    // SmolLM3's fixtures (a NoPE layer) run in tests/cli/vulkan_cli_test.sh, release only: under
+    // ASan each fixture here costs half a minute.
     for (const char* name : {"llama-awq-gemm", "llama-awq-gemv", "qwen2-awq-gemm",
-                             "qwen3-awq-gemm", "smollm3-awq-gemm", "llama-fp16", "qwen2-fp16",
-                             "qwen3-fp16", "smollm3-fp16"}) {
+                             "qwen3-awq-gemm", "llama-fp16", "qwen2-fp16", "qwen3-fp16"}) {
       INFO(name);
       const WeightsPtr w = load(edgellm::test::model_fixture(name));
       const auto e = edgellm::test::load_expected(edgellm::test::model_fixture(name));
