@@ -3,7 +3,7 @@
 // spirit of llama-bench, with the bandwidth roofline measured by the same binary in the run.
 //
 //   edgellm-bench -m DIR [-m DIR2] [-p 128] [-n 64] [-d 0] [-t 1,2] [--exact] [--lm-head f16|int8|int4]
-//                 [--kv-type int8|f16|f32] [--packed-cache auto|FILE] [--packed-cache-copy]
+//                 [--kv-type int8|int4|f16|f32] [--packed-cache auto|FILE] [--packed-cache-copy]
 //                 [-o tsv|json|jsonl|md|csv] [--quick]
 //                 [--reps N] [--no-lock]
 //
@@ -120,9 +120,7 @@ std::size_t int8_macs_per_token(const model::TransformerWeights& w) {
 // decode step reads per position it attends.
 template <class Cache>
 std::size_t kv_bytes_per_position(const model::ModelConfig& c) {
-  const std::size_t row =
-      c.head_dim * sizeof(typename Cache::element) + (Cache::scaled ? sizeof(float) : 0);
-  return c.num_hidden_layers * c.num_key_value_heads * 2 * row;
+  return c.num_hidden_layers * c.num_key_value_heads * 2 * Cache::row_bytes(c.head_dim);
 }
 
 template <class Cache>
@@ -409,10 +407,8 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
                      const std::string& kv_name, int device_index, backend::vk::GemvChoice gemv,
                      bench::table& out) {
   namespace vk = backend::vk;
-  if (kv == cache::KvType::f32) {
-    bench::note("[vulkan] --kv-type f32: the device caches hold int8 or f16");
-    return 2;
-  }
+  const auto format = vk::kv_format_of(kv, "--kv-type", "vulkan");
+  if (!format) return (bench::note("{}", format.error().message), 2);
   if (load.lm_head == model::LmHeadFormat::int8) {
     bench::note("[vulkan] the int8 lm_head has no shader: running the stored (f16) one");
     load.lm_head = model::LmHeadFormat::as_stored;
@@ -440,7 +436,7 @@ int run_model_vulkan(const std::string& dir, const bench::options& opts, std::si
   vk::BackendOptions bo;
   bo.gemv = gemv;
   auto tr = make_vulkan_transformer(
-      *dev, *weights, to, kv == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16, bo);
+      *dev, *weights, to, *format, bo);
   if (!tr) return (bench::note("[vulkan] {} (run with --backend cpu)", tr.error().message), 1);
   const std::string variant = tr->backend().gemv_variant();
   const bench::value gemv_cell = variant.empty() ? bench::value() : bench::value(variant);
@@ -656,7 +652,7 @@ int main(int argc, char** argv) {
           flag::boolean({"--allow-extra-tensors"},
                         "load checkpoints holding tensors their config.json does not use",
                         allow_extra),
-          flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache type", kv),
+          flag::string({"--kv-type", "--kv"}, "int8|int4|f16|f32", "KV cache type", kv),
           flag::boolean({"--no-lock"}, "do not mlock the packed weights", lock, false),
           flag::string({"--backend"}, "cpu|vulkan",
                        "where the model runs: the CPU backend, or every op and the KV cache\n"

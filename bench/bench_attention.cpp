@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // edgellm-bench-attention: one decode step's attention over the KV cache, for each KV type
-// (f32, f16, int8), at several context lengths, with the attention shapes of Qwen2-7B (28 query
-// heads, 4 KV heads, head_dim 128, 28 layers) and Llama-3-8B (32 / 8 / 128, 32 layers).
+// (f32, f16, int8, int4), at several context lengths, with the attention shapes of Qwen2-7B
+// (28 query heads, 4 KV heads, head_dim 128, 28 layers) and Llama-3-8B (32 / 8 / 128, 32 layers).
 //
 // A decode step reads every layer's cache once, so a rep attends one query (at position
 // context - 1) in every layer of a cache holding `context` positions per layer: the working
@@ -58,6 +58,7 @@ struct AnyCache {
   std::unique_ptr<KVCacheF32> f32;
   std::unique_ptr<KVCacheF16> f16;
   std::unique_ptr<KVCacheQ8> q8;
+  std::unique_ptr<KVCacheQ4> q4;
   bool locked = false;
 
   template <class Fn>
@@ -65,6 +66,7 @@ struct AnyCache {
     switch (type) {
       case KvType::f32: return fn(*f32);
       case KvType::f16: return fn(*f16);
+      case KvType::int4: return fn(*q4);
       case KvType::int8: break;
     }
     return fn(*q8);
@@ -73,9 +75,10 @@ struct AnyCache {
 
 // Bytes one layer's decode step reads at `context` positions.
 std::size_t step_bytes(KvType t, const ModelShape& m, std::size_t context) {
-  const std::size_t elem = t == KvType::f32 ? 4 : t == KvType::f16 ? 2 : 1;
-  const std::size_t scales = t == KvType::int8 ? 2 * sizeof(float) : 0;
-  return m.kv_heads * context * (2 * m.head_dim * elem + scales);
+  return with_kv_type(t, [&](auto tag) {
+    using Cache = typename decltype(tag)::type;
+    return m.kv_heads * context * 2 * Cache::row_bytes(m.head_dim);
+  });
 }
 
 // Fills every layer of c with `positions` positions of pseudo-random keys/values (one block of
@@ -150,11 +153,12 @@ int run_vulkan(const std::vector<ModelShape>& models, const std::vector<KvType>&
     };
     std::vector<Row> rows;
     for (const KvType t : types) {
-      if (t == KvType::f32) {
-        bench::note("[vulkan] {}: no f32 cache on the device; skipped", m.name);
+      const auto format = vk::kv_format_of(t, "kv type", "vulkan");
+      if (!format) {
+        bench::note("[vulkan] {}: {}; skipped", m.name, format.error().message);
         continue;
       }
-      auto cache = vk::KVCache::create(*dev, t == KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16,
+      auto cache = vk::KVCache::create(*dev, *format,
                                        m.layers, m.kv_heads, m.head_dim, max_ctx);
       if (!cache) return fail(cache.error());
       for (std::size_t l = 0; l < m.layers; ++l) {
@@ -211,7 +215,7 @@ int run_vulkan(const std::vector<ModelShape>& models, const std::vector<KvType>&
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_arg = "all", kv_arg = "f32,f16,int8", backend_arg = "cpu",
+  std::string model_arg = "all", kv_arg = "f32,f16,int8,int4", backend_arg = "cpu",
               build_arg = "best";
   int device_index = -1;
   std::vector<std::size_t> contexts{512, 2048, 4096, 8192};
@@ -224,7 +228,7 @@ int main(int argc, char** argv) {
           flag::string({"--model"}, "qwen2-7b|llama3-8b|all", "attention shapes", model_arg),
           flag::list<std::size_t>({"--context", "-c"}, "N[,N...]", "context lengths", contexts, 1,
                                   std::size_t{1} << 24),
-          flag::string({"--kv-types"}, "f32,f16,int8", "KV types", kv_arg),
+          flag::string({"--kv-types"}, "f32,f16,int8,int4", "KV types", kv_arg),
           flag::boolean({"--no-lock"}, "do not mlock the caches", lock, false),
           flag::string({"--backend"}, "cpu|vulkan",
                        "where attention runs: the CPU caches, or a Vulkan device's (int8, f16)",
@@ -323,6 +327,7 @@ int main(int argc, char** argv) {
         if constexpr (std::is_same_v<Cache, KVCacheF32>) c.f32 = std::move(p);
         if constexpr (std::is_same_v<Cache, KVCacheF16>) c.f16 = std::move(p);
         if constexpr (std::is_same_v<Cache, KVCacheQ8>) c.q8 = std::move(p);
+        if constexpr (std::is_same_v<Cache, KVCacheQ4>) c.q4 = std::move(p);
       });
       if (!ok) return 1;
       if (lock) {
@@ -331,10 +336,13 @@ int main(int argc, char** argv) {
         c.locked = c.visit([&](auto& cache) {
           const auto v = cache.layer_view(0);
           using E = std::remove_cv_t<std::remove_pointer_t<decltype(v.k)>>;
-          const std::size_t n = cache.layers() * v.kv_heads * v.slots * v.head_dim * sizeof(E);
+          using C = std::remove_cvref_t<decltype(cache)>;
+          const std::size_t rows = cache.layers() * v.kv_heads * v.slots;
+          const std::size_t n = rows * v.head_dim / C::values_per_element * sizeof(E);
           bool locked = bench::lock_memory(v.k, n, "keys") && bench::lock_memory(v.v, n, "values");
           if (v.k_scale) {
-            const std::size_t s = cache.layers() * v.kv_heads * v.slots * sizeof(float);
+            using S = std::remove_cv_t<std::remove_pointer_t<decltype(v.k_scale)>>;
+            const std::size_t s = rows * cache.scales_per_row() * sizeof(S);
             locked = bench::lock_memory(v.k_scale, s, "key scales") &&
                      bench::lock_memory(v.v_scale, s, "value scales") && locked;
           }

@@ -5,7 +5,7 @@
 // End to end (default):
 //   edgellm-bench-speculative [--target DIR] [--draft DIR|lookup]... [-k 1,3,5] [--adaptive]
 //       [--k-max 8] [--temperature 0,0.8] [--threads 1,2] [-n 128] [--prompts FILE]
-//       [--prompt-file FILE] [--num-prompts 8] [--prompt-len 64] [--kv-type int8|f16|f32]
+//       [--prompt-file FILE] [--num-prompts 8] [--prompt-len 64] [--kv-type int8|int4|f16|f32]
 //       [--reps 1] [--seed N] [--no-lock] [--packed-cache auto|FILE] [--format json] [--quick]
 // For every thread count, temperature, draft and k (and adaptive mode with --adaptive), each
 // prompt is decoded for n tokens by the target alone (prefill, then one forward per token) and
@@ -692,7 +692,7 @@ int main(int argc, char** argv) {
                                     "tokens per prompt cut from --prompt-file", a.prompt_len, 1,
                                     kMax)
               .shows_default("64; --quick: 16"),
-          flag::string({"--kv-type", "--kv"}, "int8|f16|f32", "KV cache (as edgellm-generate)",
+          flag::string({"--kv-type", "--kv"}, "int8|int4|f16|f32", "KV cache (as edgellm-generate)",
                        a.kv),
           flag::number<std::uint64_t>({"--seed", "-s"}, "N", "sampling seed", a.seed, 0, kMax),
           flag::boolean({"--no-lock"}, "do not mlock the packed weights", a.lock, false),

@@ -103,7 +103,8 @@ TEST_CASE("plan: owned weight bytes equal what the load owns, for every fixture 
 
 TEST_CASE("plan: Session::bytes() after a full context equals the plan's model bytes",
           "[plan]") {
-  for (const auto kv : {cache::KvType::int8, cache::KvType::f16, cache::KvType::f32}) {
+  for (const auto kv : {cache::KvType::int8, cache::KvType::f16, cache::KvType::f32,
+                        cache::KvType::int4}) {
     for (const std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
       CAPTURE(cache::kv_type_name(kv), threads);
       EngineOptions eo;
@@ -387,19 +388,28 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   CHECK(kv->options.context_size == 2048);
   CHECK_THAT(kv->note, Catch::Contains("KV f32 -> f16"));
 
+  // Below int8 at 2048 tokens: int4, the narrowest KV type.
+  const std::uint64_t kv_int4 = peak(least, K::int4, 2048);
+  REQUIRE(kv_int4 < peak(least, K::int8, 2048));
+  auto narrow = choose_within_budget(bundled(), o, kv_int4);
+  REQUIRE(narrow);
+  CHECK(narrow->options.kv_type == K::int4);
+  CHECK(narrow->options.context_size == 2048);
+  CHECK_THAT(narrow->note, Catch::Contains("KV f32 -> int4"));
+
   // Below every lm_head and KV type at 2048 tokens: the context shrinks, to the longest that
   // fits (one more token does not).
-  const std::uint64_t ctx_budget = peak(least, K::int8, 1000);
-  REQUIRE(ctx_budget < peak(least, K::int8, 2048));
+  const std::uint64_t ctx_budget = peak(least, K::int4, 1000);
+  REQUIRE(ctx_budget < peak(least, K::int4, 2048));
   auto ctx = choose_within_budget(bundled(), o, ctx_budget);
   REQUIRE(ctx);
   CHECK(ctx->options.load.lm_head == least);
-  CHECK(ctx->options.kv_type == K::int8);
+  CHECK(ctx->options.kv_type == K::int4);
   const std::size_t got = ctx->options.context_size;
   CHECK(got >= 1000);
   CHECK(got < 2048);
   CHECK(ctx->plan.peak_bytes() <= ctx_budget);
-  CHECK(peak(least, K::int8, got + 1) > ctx_budget);
+  CHECK(peak(least, K::int4, got + 1) > ctx_budget);
   CHECK_THAT(ctx->note, Catch::Contains("context 2048 -> " + std::to_string(got) + " tokens"));
 
   // What the caller fixed stays: with the lm_head fixed, the KV cache narrows instead.

@@ -67,7 +67,8 @@ Ids generate_ids(Session& s, std::string_view prompt, std::size_t n) {
 TEST_CASE("Session: greedy tokens equal the low-level Transformer + PlainDecoder path", "[session]") {
   const auto engine = load_engine();
   REQUIRE(engine->tokenizer() != nullptr);
-  for (const auto kv : {cache::KvType::int8, cache::KvType::f16, cache::KvType::f32}) {
+  for (const auto kv : {cache::KvType::int8, cache::KvType::f16, cache::KvType::f32,
+                        cache::KvType::int4}) {
     INFO(cache::kv_type_name(kv));
     SessionOptions so = greedy();
     so.kv_type = kv;

@@ -137,7 +137,7 @@ inline flag token_ids_flag(std::vector<std::string> names, std::string help,
   });
 }
 
-/// --kv-type T: the KV cache's int8, f16 or f32 (cache::parse_kv_type).
+/// --kv-type T: the KV cache's int8, int4, f16 or f32 (cache::parse_kv_type).
 inline flag kv_type_flag(std::vector<std::string> names, std::string help, cache::KvType& target) {
   return flag::parsed(std::move(names), "T", std::move(help), target, cache::parse_kv_type)
       .shows_default(cache::kv_type_name(target));

@@ -157,8 +157,9 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                     "allow --context above max_position_embeddings (RoPE untrained there)",
                     a.force_context),
       tools::kv_type_flag({"--kv-type"},
-                          "KV cache storage: int8, f16 or f32 (int8: half the memory of\n"
-                          "f16, keys/values quantised per position and head)",
+                          "KV cache storage: int8, int4, f16 or f32 (int8: half the\n"
+                          "memory of f16, per position and head; int4: 0.28 of f16, per\n"
+                          "position, head and 32 values)",
                           a.kv_type),
       flag::string({"--packed-cache"}, "auto|FILE",
                    "map the int4 weights from a packed-weight cache instead of repacking\n"

@@ -60,6 +60,7 @@ struct Args {
   bool quiet = false, force_context = false;
   edgellm::model::LmHeadFormat lm_head = edgellm::model::LmHeadFormat::int8;
   bool lm_head_given = false;  // else int8 falls back to f16 when no group size fits
+  edgellm::cache::KvType kv_type = edgellm::cache::KvType::f32;  // of --model, not --kl-base
 };
 
 // Parses argv into `a`: nullopt to go on, else the exit status (--help, --version, a usage error).
@@ -112,6 +113,10 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
           "--fp32-reference and for the --kl-base model)",
           a.lm_head)
           .on_set([&a] { a.lm_head_given = true; }),
+      edgellm::tools::kv_type_flag({"--kv-type"},
+                                   "the KV cache of --model: f32, f16, int8 or int4 (the\n"
+                                   "--kl-base model and --fp32-reference keep f32)",
+                                   a.kv_type),
       edgellm::tools::threads_flag(a.threads, kProg),
       flag::boolean({"--allow-extra-tensors"},
                     "load checkpoints holding tensors their config.json does not use",
@@ -136,8 +141,9 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
 
 using Model = edgellm::model::Transformer<>;
 
-// Loads `dir` and makes a Transformer whose context holds one window.
-edgellm::result<Model> load_model(const std::string& dir, bool fp32_reference, const Args& a,
+// Loads `dir` and makes a Transformer (KV cache Cache) whose context holds one window.
+template <class Cache = edgellm::cache::KVCacheF32>
+edgellm::result<edgellm::model::Transformer<Cache>> load_model(const std::string& dir, bool fp32_reference, const Args& a,
                                   edgellm::ThreadPool* pool,
                                   edgellm::cli::ProgressBar& progress) {
   edgellm::model::LoadOptions lo;
@@ -156,7 +162,7 @@ edgellm::result<Model> load_model(const std::string& dir, bool fp32_reference, c
   to.pool = pool;
   to.path = a.exact ? edgellm::kernels::MatmulPath::exact : edgellm::kernels::MatmulPath::fast;
   to.context_size = a.ctx;
-  return Model::create(*w, to);
+  return edgellm::model::Transformer<Cache>::create(*w, to);
 }
 
 // log of the sum of exp(row), in double: the normaliser of the log-softmax.
@@ -209,7 +215,8 @@ struct Scores {
 };
 
 // Runs every window through `m` (and `base`, when given) and accumulates the scores.
-edgellm::status score(const Args& a, std::span<const std::int32_t> ids, Model& m, Model* base,
+template <class M>
+edgellm::status score(const Args& a, std::span<const std::int32_t> ids, M& m, Model* base,
                       edgellm::cli::ProgressBar& progress, Scores& s) {
   const std::size_t V = m.vocab_size(), ctx = a.ctx;
   // Pieces of max_batch tokens: the same chunks forward() would make of a whole window, so the
@@ -341,27 +348,31 @@ int run(const Args& a) {
     pool = std::move(*p);
   }
   edgellm::cli::ProgressBar progress(a.quiet);
-  auto m = load_model(a.model, a.fp32_reference, a, pool.get(), progress);
-  if (!m) return fail("--model: " + m.error().message);
   std::optional<Model> base;
   if (!a.kl_base.empty()) {
     auto b = load_model(a.kl_base, true, a, pool.get(), progress);
     if (!b) return fail("--kl-base: " + b.error().message);
-    if (b->vocab_size() != m->vocab_size()) {
-      return fail("--kl-base: '" + a.kl_base + "' has a vocabulary of " +
-                  std::to_string(b->vocab_size()) + " tokens, --model '" + a.model + "' one of " +
-                  std::to_string(m->vocab_size()) + ": the models must share the tokenizer");
-    }
     base = std::move(*b);
   }
-
-  Scores s;
-  if (auto st = score(a, ids, *m, base ? &*base : nullptr, progress, s); !st) {
-    return fail(st.error().message);
-  }
-  const std::string out = report(a, s);
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  return 0;
+  const auto kv = a.fp32_reference ? edgellm::cache::KvType::f32 : a.kv_type;
+  return edgellm::cache::with_kv_type(kv, [&](auto tag) {
+    using Cache = typename decltype(tag)::type;
+    auto m = load_model<Cache>(a.model, a.fp32_reference, a, pool.get(), progress);
+    if (!m) return fail("--model: " + m.error().message);
+    if (base && base->vocab_size() != m->vocab_size()) {
+      return fail("--kl-base: '" + a.kl_base + "' has a vocabulary of " +
+                  std::to_string(base->vocab_size()) + " tokens, --model '" + a.model +
+                  "' one of " + std::to_string(m->vocab_size()) +
+                  ": the models must share the tokenizer");
+    }
+    Scores s;
+    if (auto st = score(a, ids, *m, base ? &*base : nullptr, progress, s); !st) {
+      return fail(st.error().message);
+    }
+    const std::string out = report(a, s);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  });
 }
 
 }  // namespace

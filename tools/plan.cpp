@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
                                 so.context_size, 1, std::size_t{1} << 24)
           .shows_default("min(model maximum, 4096)")
           .on_set([&] { freedom.context = false; }),
-      tools::kv_type_flag({"--kv-type", "--kv"}, "int8, f16 or f32", so.kv_type).on_set([&] {
+      tools::kv_type_flag({"--kv-type", "--kv"}, "int8, int4, f16 or f32", so.kv_type).on_set([&] {
         freedom.kv_type = false;
       }),
       flag::number<std::size_t>({"-t", "--threads"}, "N",

@@ -712,7 +712,7 @@ int main(int argc, char** argv) {
       cli::flag::number({"-c", "--ctx-size", "--context"}, "N",
                         "tokens per slot; 0: the model's maximum, at most\n4096", o.context,
                         std::size_t{0}, std::size_t{1} << 20),
-      tools::kv_type_flag({"--kv-type"}, "KV cache storage: int8, f16 or f32", o.kv_type),
+      tools::kv_type_flag({"--kv-type"}, "KV cache storage: int8, int4, f16 or f32", o.kv_type),
       tools::lm_head_flag("lm_head: f16 as stored, int8 or int4 (at load)", o.lm_head),
       cli::flag::string({"--api-key"}, "KEY", "require 'Authorization: Bearer KEY' on /v1/*",
                         o.api_key).shows_default(""),

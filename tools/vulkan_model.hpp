@@ -131,10 +131,8 @@ inline result<VulkanModel> make_vulkan_model(
     std::optional<std::uint32_t> device_index,
     backend::vk::GemvChoice gemv = backend::vk::GemvChoice::automatic) {
   namespace vk = backend::vk;
-  if (kv == cache::KvType::f32) {
-    return make_error(errc::unsupported, "--backend vulkan",
-                      "--kv-type f32: the device caches hold int8 or f16; choose one of them");
-  }
+  const auto format = vk::kv_format_of(kv, "--kv-type", "--backend vulkan");
+  if (!format) return format.error();
   // The context is checked before the device opens: a bad --ctx is a usage error, not a
   // reason to fall back to the CPU.
   auto ctx = VulkanModel::Model::checked_context(*weights, options);
@@ -145,10 +143,7 @@ inline result<VulkanModel> make_vulkan_model(
   if (!dev) return with_cpu_fallback(dev.error());
   vk::BackendOptions bo;
   bo.gemv = gemv;
-  auto t = make_vulkan_transformer(**dev, std::move(weights), options,
-                                   kv == cache::KvType::int8 ? vk::KvFormat::int8
-                                                             : vk::KvFormat::f16,
-                                   bo);
+  auto t = make_vulkan_transformer(**dev, std::move(weights), options, *format, bo);
   if (!t) return with_cpu_fallback(t.error());
   VulkanModel out;
   out.device = std::move(*dev);

@@ -321,9 +321,10 @@ edgellm_status to_session_options(std::string_view where, const std::string& nam
     case EDGELLM_KV_INT8: so.kv_type = edgellm::cache::KvType::int8; break;
     case EDGELLM_KV_F16: so.kv_type = edgellm::cache::KvType::f16; break;
     case EDGELLM_KV_F32: so.kv_type = edgellm::cache::KvType::f32; break;
+    case EDGELLM_KV_INT4: so.kv_type = edgellm::cache::KvType::int4; break;
     default:
       return invalid(where, name + "->kv_type: " + std::to_string(enum_value(o.kv_type)) +
-                                " is not an edgellm_kv_type (EDGELLM_KV_INT8, _F16, _F32)");
+                                " is not an edgellm_kv_type (EDGELLM_KV_INT8, _F16, _F32, _INT4)");
   }
   so.context_size = o.context_size;
   so.max_batch = o.max_batch != 0 ? o.max_batch : 64;

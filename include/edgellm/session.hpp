@@ -214,7 +214,8 @@ class Engine {
 
 /// How a Session is built: its KV cache, threads, sampler and (optional) speculative decoding.
 struct SessionOptions {
-  /// KV cache storage: int8 (per position and head, half the memory of f16), f16 or f32.
+  /// KV cache storage: int8 (per position and head, half the memory of f16), int4 (per position,
+  /// head and 32 values, 0.28 of f16; CPU only), f16 or f32.
   cache::KvType kv_type = cache::KvType::int8;
   /// Tokens the session holds (prompt and generated). 0: the model's max_position_embeddings,
   /// at most 4096, capped at a Mistral sliding_window.

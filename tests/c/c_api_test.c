@@ -410,6 +410,8 @@ static void test_generate(const edgellm_model* model) {
   greedy_text(model, &so, "And God said", 8, &b);
   so.kv_type = EDGELLM_KV_F32;
   greedy_text(model, &so, "And God said", 8, &b);
+  so.kv_type = EDGELLM_KV_INT4;
+  greedy_text(model, &so, "And God said", 8, &b);
   so.kv_type = EDGELLM_KV_INT8;
 
   /* Cancel: the callback returns 0 on its first call; generation stops at that token, and the

@@ -36,6 +36,7 @@ using edgellm::errc;
 using edgellm::ThreadPool;
 using edgellm::cache::KVCacheF16;
 using edgellm::cache::KVCacheF32;
+using edgellm::cache::KVCacheQ4;
 using edgellm::cache::KVCacheQ8;
 using edgellm::cache::QuantizedKVCache;
 using edgellm::kernels::KvLayerView;
@@ -44,6 +45,8 @@ namespace kref = edgellm::kernels::reference;
 
 static_assert(edgellm::cache::KVCache<KVCacheQ8>);
 static_assert(edgellm::cache::PrefixKVCache<KVCacheQ8>);
+static_assert(edgellm::cache::KVCache<KVCacheQ4>);
+static_assert(edgellm::cache::PrefixKVCache<KVCacheQ4>);
 static_assert(edgellm::cache::PrefixKVCache<KVCacheF16>);
 static_assert(edgellm::cache::PrefixKVCache<KVCacheF32>);
 static_assert(std::is_same_v<QuantizedKVCache<>, KVCacheQ8>);
@@ -106,8 +109,8 @@ void stored_kv(const Cache& c, std::size_t layer, std::size_t len, std::vector<f
 
 // The bound of DenseKVCache's class comment for output (query i, head h, coordinate c), from
 // the stored data in double: (2E + (2S + 2L + 2nb + 18) u) max_j |v_jc|.
-template <class T>
-double derived_bound(const KvLayerView<T>& kv, const float* q, std::size_t pos,
+template <class View>
+double derived_bound(const View& kv, const float* q, std::size_t pos,
                      std::size_t g, std::size_t c) {
   const std::size_t hd = kv.head_dim;
   const double scale = edgellm::kernels::attention_scale(hd);
@@ -184,6 +187,21 @@ std::vector<Shape> kernel_shapes() {
   } else {
     s.push_back({4, 7, 128, 40, 1});
     s.push_back({8, 4, 128, 20, 1});
+  }
+  return s;
+}
+
+// The same kinds of shapes with head_dim a multiple of 32 (the int4 cache's groups).
+std::vector<Shape> q4_kernel_shapes() {
+  std::vector<Shape> s = {
+      {1, 1, 32, 0, 1}, {2, 3, 32, 5, 4}, {3, 5, 64, 17, 6}, {2, 6, 32, 260, 3},
+      {1, 16, 64, 40, 2}, {2, 2, 96, 511, 2},
+  };
+  if (edgellm::test::test_scale() == edgellm::test::scale::full) {
+    s.push_back({4, 7, 128, 600, 1});
+    s.push_back({8, 4, 128, 300, 2});
+  } else {
+    s.push_back({4, 7, 128, 40, 1});
   }
   return s;
 }
@@ -268,6 +286,72 @@ TEST_CASE("KVCacheQ8 takes at most 0.53 x the bytes of KVCacheF16 at head_dim 12
   }
 }
 
+TEST_CASE("KVCacheQ4 stores 4-bit absmax codes with an fp16 scale per 32 values, in 0.3 x f16",
+          "[kv_cache]") {
+  using edgellm::kernels::f16_to_f32;
+  using edgellm::kernels::f32_to_f16;
+  const std::size_t layers = 1, kvh = 2, hd = 64, len = 40, row = kvh * hd;
+  auto c = KVCacheQ4::create(layers, kvh, hd, 48);
+  REQUIRE(c);
+  auto rng = edgellm::test::make_rng(12);
+  auto k = edgellm::test::random_floats(rng, len * row, 2.0f);
+  auto v = edgellm::test::random_floats(rng, len * row, 0.5f);
+  std::fill(k.begin() + 3 * row, k.begin() + 3 * row + 32, 0.0f);  // an all-zero group
+  v[5 * row + 7] = 1000.0f;                                        // one dominant value
+  REQUIRE(c->append(0, 0, len, k, v));
+  const auto view = c->layer_view(0);
+  for (std::size_t j = 0; j < len; ++j) {
+    for (std::size_t g = 0; g < kvh; ++g) {
+      for (const bool key : {true, false}) {
+        const float* x = (key ? k.data() : v.data()) + j * row + g * hd;
+        for (std::size_t b = 0; b < hd / 32; ++b) {
+          // The independent quantiser: scale fp16(amax / 7), codes nearbyint(x / scale) in ±7.
+          float amax = 0.0f;
+          for (std::size_t d = 0; d < 32; ++d) amax = std::max(amax, std::fabs(x[b * 32 + d]));
+          const float scale = f16_to_f32(f32_to_f16(amax / 7.0f));
+          INFO("position " << j << " kv head " << g << (key ? " key" : " value") << " group " << b);
+          const std::uint16_t stored = key ? view.key_scale(g, j, b * 32) : view.value_scale(g, j, b * 32);
+          REQUIRE(f16_to_f32(stored) == scale);
+          for (std::size_t d = b * 32; d < b * 32 + 32; ++d) {
+            const int want = scale == 0.0f ? 0
+                                           : static_cast<int>(std::clamp(std::nearbyint(x[d] * (1.0f / scale)), -7.0f, 7.0f));
+            const int got = key ? view.key_code(g, j, d) : view.value_code(g, j, d);
+            REQUIRE(got == want);
+            const double back = key ? kref::stored_key(view, g, j, d) : kref::stored_value(view, g, j, d);
+            // Half a step, plus what the clamp takes when fp16 rounded the scale down.
+            REQUIRE(std::fabs(back - x[d]) <= 0.5 * scale + amax * 0x1p-11 + 1e-30);
+          }
+        }
+      }
+    }
+  }
+  SECTION("a group with inf or NaN is stored as NaN, which attention propagates") {
+    auto d = KVCacheQ4::create(1, 1, 32, 4);
+    REQUIRE(d);
+    std::vector<float> good(32, 0.25f), bad(32, 0.5f), q(32, 1.0f), out(32);
+    bad[3] = std::numeric_limits<float>::quiet_NaN();
+    REQUIRE(d->append(0, 0, 1, good, good));
+    REQUIRE(d->attend(0, q, 1, 0, 1, out, nullptr));
+    // 7 x fp16(0.25 / 7): within the scale's fp16 rounding of 0.25.
+    for (float o : out) CHECK(o == Approx(0.25f).epsilon(0x1p-11));
+    REQUIRE(d->append(0, 1, 1, good, bad));
+    REQUIRE(d->attend(0, q, 1, 1, 1, out, nullptr));
+    for (float o : out) CHECK(std::isnan(o));
+  }
+  SECTION("bytes: (64 + 8) / 256 of fp16 at head_dim 128; head_dim must be a multiple of 32") {
+    auto q4 = KVCacheQ4::create(28, 4, 128, 4096);
+    auto f16 = KVCacheF16::create(28, 4, 128, 4096);
+    REQUIRE((q4 && f16));
+    CHECK(q4->bytes() == 2 * 28 * 4 * 4096 * (64 + 8));
+    CHECK(static_cast<double>(q4->bytes()) <= 0.3 * static_cast<double>(f16->bytes()));
+    auto bad = KVCacheQ4::create(1, 1, 80, 16);
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().code == errc::invalid_argument);
+    CHECK(bad.error().message ==
+          "[KVCacheQ4::create] head_dim: 80 is not a multiple of 32 (the format's scale groups)");
+  }
+}
+
 TEMPLATE_LIST_TEST_CASE("attention kernels agree with the double-precision twin within the bound",
                         "[kv_cache]", edgellm::test::TestArchs) {
   std::uint64_t seed = 100;
@@ -278,6 +362,12 @@ TEMPLATE_LIST_TEST_CASE("attention kernels agree with the double-precision twin 
     check_kernel<TestType, KVCacheQ8>(s, ++seed);
     check_kernel<TestType, KVCacheF16>(s, ++seed);
     check_kernel<TestType, KVCacheF32>(s, ++seed);
+  }
+  for (const Shape& s : q4_kernel_shapes()) {
+    INFO("int4: kv_heads " << s.kv_heads << " group " << s.group << " head_dim " << s.head_dim
+                           << " first_pos " << s.first_pos << " n_q " << s.n_q << " on "
+                           << TestType::name());
+    check_kernel<TestType, KVCacheQ4>(s, ++seed);
   }
 }
 
@@ -391,8 +481,10 @@ TEST_CASE("KVCacheQ8 attention error against fp32 storage on random data", "[kv_
 }
 
 TEMPLATE_TEST_CASE("KV cache truncate(n) then re-append equals never having appended past n",
-                   "[kv_cache]", KVCacheQ8, KVCacheF16, KVCacheF32) {
-  const std::size_t kvh = 2, hd = 24, group = 3, heads = kvh * group, row = kvh * hd;
+                   "[kv_cache]", KVCacheQ8, KVCacheQ4, KVCacheF16, KVCacheF32) {
+  // int4 needs head_dim % 32 == 0; a cut inside a key tile re-writes nibbles in place.
+  const std::size_t kvh = 2, hd = TestType::values_per_element == 2 ? 32 : 24, group = 3,
+                    heads = kvh * group, row = kvh * hd;
   const std::size_t len = 600;
   auto rng = edgellm::test::make_rng(9);
   const auto k = edgellm::test::random_floats(rng, len * row), v = edgellm::test::random_floats(rng, len * row);
@@ -474,8 +566,9 @@ TEST_CASE("KVCacheQ8 errors name the argument and leave the cache unchanged and 
 }
 
 TEMPLATE_TEST_CASE("KV prefix blobs round-trip and refuse foreign or damaged input",
-                   "[kv_cache][prefix]", KVCacheQ8, KVCacheF16, KVCacheF32) {
-  const std::size_t layers = 2, kvh = 2, hd = 24, heads = 6, row = kvh * hd;
+                   "[kv_cache][prefix]", KVCacheQ8, KVCacheQ4, KVCacheF16, KVCacheF32) {
+  const bool q4 = TestType::values_per_element == 2;  // head_dim a multiple of 32
+  const std::size_t layers = 2, kvh = 2, hd = q4 ? 32 : 24, heads = 6, row = kvh * hd;
   const std::uint64_t fp = 0x0123456789abcdefull;
   auto rng = edgellm::test::make_rng(21);
   auto a = TestType::create(layers, kvh, hd, 400);
@@ -486,8 +579,9 @@ TEMPLATE_TEST_CASE("KV prefix blobs round-trip and refuse foreign or damaged inp
   REQUIRE_FALSE(st);
   CHECK(st.error().code == errc::out_of_range);
   REQUIRE(a->export_prefix(270, fp, blob));
-  const std::size_t elem = sizeof(typename TestType::element);
-  const std::size_t per_pos = 2 * hd * elem + (TestType::scaled ? 8 : 0);
+  // int8: 2 x (24 + 4) bytes; int4: 2 x (16 + 1 fp16 scale).
+  const std::size_t per_pos = 2 * TestType::row_bytes(hd);
+  CHECK(per_pos == (q4 ? 36 : TestType::scaled ? 56 : 2 * hd * sizeof(typename TestType::element)));
   CHECK(blob.size() == 80 + layers * kvh * 270 * per_pos + 8);
   REQUIRE(a->truncate(270));
 
@@ -560,11 +654,12 @@ TEMPLATE_TEST_CASE("KV prefix blobs round-trip and refuse foreign or damaged inp
               "the prefix holds KV type KVCacheF32, this cache is " + std::string(TestType::type_name));
     }
     // Another shape.
-    auto s = TestType::create(layers, kvh, hd / 2, 40);
+    auto s = TestType::create(layers, kvh, q4 ? 2 * hd : hd / 2, 40);
     REQUIRE(s);
     REQUIRE(s->export_prefix(0, fp, other));
     refused(other, fp, errc::invalid_argument,
-            "the prefix has layers x kv_heads x head_dim = 2 x 2 x 12, this cache 2 x 2 x 24");
+            q4 ? "the prefix has layers x kv_heads x head_dim = 2 x 2 x 64, this cache 2 x 2 x 32"
+               : "the prefix has layers x kv_heads x head_dim = 2 x 2 x 12, this cache 2 x 2 x 24");
     // More positions than the capacity.
     auto small = TestType::create(layers, kvh, hd, 269);
     REQUIRE(small);
@@ -612,15 +707,19 @@ TEMPLATE_TEST_CASE("KV prefix blobs round-trip and refuse foreign or damaged inp
 
 TEST_CASE("KvType names and parsing", "[kv_cache]") {
   using edgellm::cache::KvType;
-  for (KvType t : {KvType::f32, KvType::f16, KvType::int8}) {
+  for (KvType t : {KvType::f32, KvType::f16, KvType::int8, KvType::int4}) {
     auto p = edgellm::cache::parse_kv_type(edgellm::cache::kv_type_name(t));
     REQUIRE(p);
     CHECK(*p == t);
   }
   CHECK(*edgellm::cache::parse_kv_type("q8") == KvType::int8);
-  auto bad = edgellm::cache::parse_kv_type("int4");
+  CHECK(*edgellm::cache::parse_kv_type("q4") == KvType::int4);
+  auto bad = edgellm::cache::parse_kv_type("int2");
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().message == "[parse_kv_type] kv type 'int4': expected int8, f16 or f32");
+  CHECK(bad.error().message == "[parse_kv_type] kv type 'int2': expected int8, int4, f16 or f32");
+  CHECK(edgellm::cache::with_kv_type(KvType::int4, [](auto tag) {
+          return std::string(decltype(tag)::type::type_name);
+        }) == "KVCacheQ4");
   const auto name = edgellm::cache::with_kv_type(KvType::int8, [](auto tag) {
     return std::string(decltype(tag)::type::type_name);
   });

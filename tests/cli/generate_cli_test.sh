@@ -171,7 +171,7 @@ else
   echo "FAIL prompt cache: '$plain' vs '$warm'"; cat "$tmp/pc.err"
   failures=$((failures + 1))
 fi
-for kv in f32 f16 int8; do
+for kv in f32 f16 int8 int4; do
   expect "--kv-type $kv" 0 "generated" -- "$bin" --model "$model" --kv-type $kv -n 4
 done
 expect "bad --kv-type" 2 "int8" -- "$bin" --model "$model" --kv-type q3
@@ -283,7 +283,8 @@ fi
 
 # Usage errors (exit 2) naming the flags: an empty -m is not the bundled model; flags that
 # would silently ignore one another.
-expect "--memory-budget: the context shrinks to fit" 0 "memory budget: to fit the budget of 3.0 MiB: context 2048 -> [0-9]+ tokens" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 3MiB
+expect "--memory-budget: the KV cache narrows to int4" 0 "memory budget: to fit the budget of 3.0 MiB: KV int8 -> int4 \(peak [0-9.]+ MiB -> [0-9.]+ MiB\)$" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 3MiB
+expect "--memory-budget: then the context shrinks to fit" 0 "memory budget: to fit the budget of 2.5 MiB: KV int8 -> int4 [^;]*; context 2048 -> [0-9]+ tokens" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 2.5MiB
 expect "--memory-budget: fits as asked" 0 "memory budget: fits as asked" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1GiB
 expect "--memory-budget: nothing fits" 1 "--memory-budget: .*nothing fits the budget of 1.0 MiB" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1MiB
 expect "--memory-budget: bad size" 2 "--memory-budget: " -- "$bin" --model "$model" --memory-budget lots

@@ -158,4 +158,17 @@ else
 fi
 expect "--text /dev/zero" 1 "--text: .*/dev/zero': is a character device, not a regular file" -- "$bin" -m "$target" --text /dev/zero
 
+# --kv-type: the same windows with int8 and int4 caches, perplexity near the f32 cache's (the
+# figures at 2048-token windows are in docs/performance.md, "KV cache types").
+run "--kv-type int8" "$tmp/kv8.json" --kv-type int8
+run "--kv-type int4" "$tmp/kv4.json" --kv-type int4
+ppl=$(python3 -c 'import json,sys; print(" ".join(str(json.load(open(f))["ppl"]) for f in sys.argv[1:]))' \
+  "$tmp/s64.json" "$tmp/kv8.json" "$tmp/kv4.json")
+if python3 -c 'import sys; f, q8, q4 = map(float, sys.argv[1:]); sys.exit(not (abs(q8 / f - 1) <= 0.002 and abs(q4 / f - 1) <= 0.02))' $ppl; then
+  ok "--kv-type int8 / int4: perplexity within 0.2 % / 2 % of f32's ($ppl)"
+else
+  fail "--kv-type int8 / int4 perplexity against f32's" "$ppl"
+fi
+expect "--kv-type int3" 2 "--kv-type: .*expected int8, int4, f16 or f32" -- "$bin" -m "$target" "${short[@]}" --kv-type int3
+
 finish

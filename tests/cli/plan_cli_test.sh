@@ -19,12 +19,12 @@ expect "shrink the context to fit" 0 '"shrunk":true' -- "$bin" --model "$model" 
 expect "a fraction of the available memory" 0 '"fits":true' -- "$bin" --model "$model" --budget 50% --meminfo "$src/tests/data/meminfo/linux-6.1.txt"
 expect "text format" 0 'needs .* MiB \(weights' -- "$bin" --model "$model" --format text
 expect "--choose: fits as given" 0 '"chosen":\{"lm_head":"int8","kv_type":"int8","context_size":2048,"note":"the settings fit as given"' -- "$bin" --model "$model" --context 2048 --budget 1GiB --choose
-expect "--choose: the context shrinks last" 0 '"chosen":\{"lm_head":"int8","kv_type":"int8","context_size":[0-9]+,"note":"to fit the budget of 10.0 MiB: context 2048 -> [0-9]+ tokens' -- "$bin" --model "$model" --budget 10MiB --choose
+expect "--choose: the context shrinks last" 0 '"chosen":\{"lm_head":"int8","kv_type":"int4","context_size":[0-9]+,"note":"to fit the budget of 9.5 MiB: KV int8 -> int4 [^;]*; context 2048 -> [0-9]+ tokens' -- "$bin" --model "$model" --budget 9.5MiB --choose
 expect "--choose: a --kv-type given stays" 0 '"chosen":\{"lm_head":"int8","kv_type":"f32","context_size":[0-9]+,"note":".*context 2048 -> ' -- "$bin" --model "$model" --kv-type f32 --budget 12MiB --choose
 expect "--choose: nothing fits" 1 "nothing fits the budget of 1.0 MiB" -- "$bin" --model "$model" --budget 1MiB --choose
 expect "--choose without a budget" 2 "--choose needs --budget" -- "$bin" --model "$model" --choose
 expect "no model" 2 "no model" -- "$bin"
-expect "bad kv type" 2 "kv-type" -- "$bin" --model "$model" --kv-type int4
+expect "bad kv type" 2 "kv-type" -- "$bin" --model "$model" --kv-type int3
 expect "bad budget" 2 "budget" -- "$bin" --model "$model" --budget lots
 expect "shrink without a budget" 2 "needs --budget" -- "$bin" --model "$model" --shrink-context-to-fit
 expect "unknown option" 2 "unknown argument" -- "$bin" --model "$model" --frobnicate

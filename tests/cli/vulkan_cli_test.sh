@@ -87,6 +87,7 @@ if ! grep -q "^Vulkan device" <<<"$err"; then ok "generate vulkan --quiet: no de
 
 EXPECT_STREAM=stderr
 expect "generate vulkan: --kv-type f32 has no device format" 1 "f32.*--backend cpu" -- "$generate" "${gen[@]}" --backend vulkan --kv-type f32
+expect "generate vulkan: --kv-type int4 has no device format" 1 "kv_type int4: the device caches hold int8 or f16; choose one of them \(run with --backend cpu\)" -- "$generate" "${gen[@]}" --backend vulkan --kv-type int4
 expect "generate vulkan: a device index past the last" 1 "device.*--backend cpu" -- "$generate" "${gen[@]}" --backend vulkan --device 99
 expect "generate: --device without --backend vulkan" 2 "--device: applies to --backend vulkan only" -- "$generate" "${gen[@]}" --device 0
 expect "generate vulkan: --vk-gemv with a bad value" 2 "--vk-gemv: 'fp16' is not auto, fp32, int8 or int8-dot" -- "$generate" "${gen[@]}" --backend vulkan --vk-gemv fp16

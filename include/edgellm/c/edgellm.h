@@ -144,7 +144,8 @@ typedef struct edgellm_session edgellm_session;
 typedef enum edgellm_kv_type {
   EDGELLM_KV_INT8 = 0, /* per position and head, half the memory of f16 */
   EDGELLM_KV_F16 = 1,
-  EDGELLM_KV_F32 = 2
+  EDGELLM_KV_F32 = 2,
+  EDGELLM_KV_INT4 = 3 /* per position, head and 32 values: 0.28 of f16; CPU only */
 } edgellm_kv_type;
 
 typedef struct edgellm_sampling {

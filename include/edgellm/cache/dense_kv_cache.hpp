@@ -27,26 +27,44 @@ namespace edgellm::cache {
 namespace detail {
 
 // ---------------------------------------------------------------------------------------------
-// Storage formats: the element type, whether rows carry a scale, the name used in errors and
-// prefix blobs, and the conversion of one fp32 row on append.
+// Storage formats. A Store says what a stored row is: the element type and how many values one
+// element packs (values_per_element), the scales per row (groups(head_dim): 0, 1 per row, or one
+// per group of coordinates) and their type, the name used in errors and prefix blobs, the
+// conversion of one fp32 row on append (store), where a key row goes in its transposed tile
+// (put_key / get_key) and the view the kernels read (view_type).
+
+/// Storage of one element per value, no scales: keys transposed within a tile, [head_dim][16].
+template <class T>
+struct PlainStore {
+  using element = T;
+  using scale_type = float;
+  using view_type = kernels::KvLayerView<T>;
+  static constexpr std::size_t values_per_element = 1;
+  static constexpr std::size_t head_dim_multiple = 1;
+  static constexpr bool scaled = false;
+  static constexpr std::size_t groups(std::size_t) noexcept { return 0; }
+  /// Row of head_dim values -> column `lane` of a key tile [head_dim][16].
+  static void put_key(element* tile, std::size_t lane, const element* row, std::size_t hd) noexcept {
+    for (std::size_t c = 0; c < hd; ++c) tile[c * kernels::kAttentionTile + lane] = row[c];
+  }
+  static void get_key(const element* tile, std::size_t lane, element* row, std::size_t hd) noexcept {
+    for (std::size_t c = 0; c < hd; ++c) row[c] = tile[c * kernels::kAttentionTile + lane];
+  }
+};
 
 /// fp32 storage: values are kept exactly.
-struct StoreF32 {
-  using element = float;
-  static constexpr bool scaled = false;
+struct StoreF32 : PlainStore<float> {
   static constexpr std::string_view name = "KVCacheF32";
-  static void store(const float* in, element* out, std::size_t n) noexcept {
+  static void store(const float* in, element* out, std::size_t n, scale_type*) noexcept {
     std::copy(in, in + n, out);
   }
 };
 
 /// fp16 storage: each value rounded to the nearest fp16 (ties to even) on append, read back
 /// exactly; values beyond ±65504 become ±inf (keys and values of real models are far smaller).
-struct StoreF16 {
-  using element = std::uint16_t;
-  static constexpr bool scaled = false;
+struct StoreF16 : PlainStore<std::uint16_t> {
   static constexpr std::string_view name = "KVCacheF16";
-  static void store(const float* in, element* out, std::size_t n) noexcept {
+  static void store(const float* in, element* out, std::size_t n, scale_type*) noexcept {
     for (std::size_t i = 0; i < n; ++i) out[i] = kernels::f32_to_f16(in[i]);
   }
 };
@@ -54,11 +72,13 @@ struct StoreF16 {
 }  // namespace detail
 
 /// A dense KV cache: keys and values of every layer in one preallocated block (as opposed to
-/// paged), stored in a format `Store`: fp32 (KVCacheF32), fp16 (KVCacheF16) or int8 with an fp32
-/// scale per (position, kv head) (KVCacheQ8, cache/quantized_kv_cache.hpp). Layout per layer and
-/// kv head (kernels::KvLayerView): keys in tiles of 16 positions stored transposed
-/// [slots / 16][head_dim][16], values row-major [slots][head_dim], scales [slots]; slots =
-/// capacity rounded up to 16. Every format runs the same attention kernel
+/// paged), stored in a format `Store`: fp32 (KVCacheF32), fp16 (KVCacheF16), int8 with an fp32
+/// scale per (position, kv head) (KVCacheQ8, cache/quantized_kv_cache.hpp) or int4 with an fp16
+/// scale per (position, kv head, 32 coordinates) (KVCacheQ4, same file). Layout per layer and
+/// kv head (kernels::KvLayerView; int4 packs 16 values in 8 bytes, kernels::KvLayerViewQ4):
+/// keys in tiles of 16 positions stored transposed [slots / 16][head_dim][16], values row-major
+/// [slots][head_dim], scales [slots] (int4: [slots / 16][groups][16] and [slots][groups]);
+/// slots = capacity rounded up to 16. Every format runs the same attention kernel
 /// (kernels::attend_layer, xsimd), so formats differ only in the bytes they read.
 ///
 /// Numerics of attend(), per query at position p and head h (kv head h / (heads / kv_heads)),
@@ -79,16 +99,18 @@ struct StoreF16 {
 /// division). The tests check it against kernels::reference::attention.
 ///
 /// Memory: bytes() (allocated by create(); pages are committed as positions are appended), plus
-/// attention scratch grown on first use: per pool thread (8 head_dim + 2048 + (p / 256 + 1) *
+/// attention scratch grown on first use: per pool thread (16 head_dim + 2048 + (p / 256 + 1) *
 /// group * (head_dim + 2)) floats, and for decode the partial results of every chunk.
 /// Thread safety: one thread at a time; attend() splits work over `pool`.
 template <class Store>
 class DenseKVCache {
  public:
   using element = typename Store::element;
-  /// Whether rows carry an fp32 scale (int8 storage).
+  using scale_type = typename Store::scale_type;
+  /// Whether rows carry scales (int8: one fp32 per row; int4: one fp16 per group of 32).
   static constexpr bool scaled = Store::scaled;
-  /// The name used in errors and prefix blobs ("KVCacheF32", "KVCacheF16", "KVCacheQ8").
+  /// The name used in errors and prefix blobs ("KVCacheF32", "KVCacheF16", "KVCacheQ8",
+  /// "KVCacheQ4").
   static constexpr std::string_view type_name = Store::name;
 
   /// A cache for `layers` layers of `kv_heads` heads of `head_dim` values, holding up to
@@ -104,6 +126,11 @@ class DenseKVCache {
     if (auto st = positive(kv_heads, "kv_heads"); !st) return st.error();
     if (auto st = positive(head_dim, "head_dim"); !st) return st.error();
     if (auto st = positive(capacity, "capacity"); !st) return st.error();
+    if (head_dim % Store::head_dim_multiple != 0) {
+      return fail("create", errc::invalid_argument,
+                  "head_dim: " + std::to_string(head_dim) + " is not a multiple of " +
+                      std::to_string(Store::head_dim_multiple) + " (the format's scale groups)");
+    }
     // Refuse sizes whose element count overflows or is absurd (> 2^40 elements per K or V).
     const std::size_t limit = std::size_t{1} << 40;
     std::size_t count = layers;
@@ -122,15 +149,17 @@ class DenseKVCache {
     c.head_dim_ = head_dim;
     c.capacity_ = capacity;
     c.slots_ = kernels::attention_slots(capacity);
-    c.count_ = layers * kv_heads * c.slots_ * head_dim;
+    c.groups_ = Store::groups(head_dim);
+    c.count_ = layers * kv_heads * c.slots_ * head_dim / Store::values_per_element;
     // Not zero-filled: pages are committed as positions are appended (a tile is zeroed when its
     // first position is written; only written tiles are read).
     c.k_ = edgellm::detail::allocate_aligned<element>(c.count_);
     c.v_ = edgellm::detail::allocate_aligned<element>(c.count_);
     bool ok = c.k_ && c.v_;
     if constexpr (scaled) {
-      c.k_scale_ = edgellm::detail::allocate_aligned<float>(layers * kv_heads * c.slots_);
-      c.v_scale_ = edgellm::detail::allocate_aligned<float>(layers * kv_heads * c.slots_);
+      const std::size_t scales = layers * kv_heads * c.slots_ * c.groups_;
+      c.k_scale_ = edgellm::detail::allocate_aligned<scale_type>(scales);
+      c.v_scale_ = edgellm::detail::allocate_aligned<scale_type>(scales);
       ok = ok && c.k_scale_ && c.v_scale_;
     }
     const std::string where = std::string(Store::name) + "::create";
@@ -138,7 +167,11 @@ class DenseKVCache {
     if (auto st = edgellm::detail::try_assign(c.layer_length_, layers, 0, where, "layer lengths");
         !st)
       return st.error();
-    if (auto st = edgellm::detail::try_resize(c.row_, head_dim, where, "a row buffer"); !st)
+    if (auto st = edgellm::detail::try_resize(c.row_, head_dim / Store::values_per_element, where,
+                                              "a row buffer");
+        !st)
+      return st.error();
+    if (auto st = edgellm::detail::try_resize(c.row_scales_, c.groups_, where, "row scales"); !st)
       return st.error();
     return c;
   }
@@ -160,13 +193,22 @@ class DenseKVCache {
     return layer < layers_ ? layer_length_[layer] : 0;
   }
   /// Bytes of key and value storage, scales included, allocated by create(): 2 * layers *
-  /// kv_heads * slots * (head_dim * sizeof(element) [+ 4]), slots = capacity rounded up to 16.
+  /// kv_heads * slots * (row bytes + scales per row * scale bytes), slots = capacity rounded up
+  /// to 16; a row is head_dim values (head_dim / 2 bytes for int4).
   std::size_t bytes() const noexcept { return bytes_for(layers_, kv_heads_, head_dim_, capacity_); }
+  /// Bytes of one stored row (one position of one kv head, keys or values) with its scales.
+  static constexpr std::size_t row_bytes(std::size_t head_dim) noexcept {
+    return head_dim / Store::values_per_element * sizeof(element) +
+           Store::groups(head_dim) * sizeof(scale_type);
+  }
+  /// Values one stored element packs (2 for int4) and scales per row (0, 1, head_dim / 32).
+  static constexpr std::size_t values_per_element = Store::values_per_element;
+  std::size_t scales_per_row() const noexcept { return groups_; }
   /// What bytes() will be for a cache create() makes with these arguments (memory plans).
   static constexpr std::size_t bytes_for(std::size_t layers, std::size_t kv_heads,
                                          std::size_t head_dim, std::size_t capacity) noexcept {
     const std::size_t rows = layers * kv_heads * kernels::attention_slots(capacity);
-    return 2 * rows * (head_dim * sizeof(element) + (scaled ? sizeof(float) : 0));
+    return 2 * rows * row_bytes(head_dim);
   }
 
   /// The most bytes of attention scratch attend() grows to in a cache of `capacity` positions
@@ -229,15 +271,11 @@ class DenseKVCache {
         const float* vin = v.data() + t * row + h * head_dim_;
         const std::size_t head = layer * kv_heads_ + h, pos = first_pos + t;
         start_tile(head, pos);
-        element* vrow = v_.get() + (head * slots_ + pos) * head_dim_;
-        if constexpr (scaled) {
-          k_scale_[head * slots_ + pos] = Store::store(kin, row_.data(), head_dim_);
-          v_scale_[head * slots_ + pos] = Store::store(vin, vrow, head_dim_);
-        } else {
-          Store::store(kin, row_.data(), head_dim_);
-          Store::store(vin, vrow, head_dim_);
-        }
-        put_key_row(head, pos, row_.data());
+        element* vrow = v_.get() + (head * slots_ + pos) * row_elements();
+        Store::store(kin, row_.data(), head_dim_, row_scales_.data());
+        put_key_row(head, pos, row_.data(), row_scales_.data());
+        Store::store(vin, vrow, head_dim_, scaled ? v_scale_.get() + (head * slots_ + pos) * groups_
+                                                  : nullptr);
       }
     }
     layer_length_[layer] = first_pos + n;
@@ -278,8 +316,8 @@ class DenseKVCache {
                   "q/out: sizes " + std::to_string(q.size()) + "/" + std::to_string(out.size()) +
                       ", expected n_q * heads * head_dim = " + std::to_string(size));
     }
-    kernels::attend_layer<Arch, element, scaled>(layer_view(layer), q.data(), n_q, first_pos, heads,
-                                                 out.data(), pool, scratch_);
+    kernels::attend_layer<Arch>(layer_view(layer), q.data(), n_q, first_pos, heads, out.data(),
+                                pool, scratch_);
     return {};
   }
 
@@ -297,17 +335,23 @@ class DenseKVCache {
     store_prefix_header(out.data(),
                         {type_name, layers_, kv_heads_, head_dim_, n, model_fingerprint, payload});
     std::byte* p = out.data() + kPrefixHeaderBytes;
-    std::vector<element> row(head_dim_);
+    // Per head: key rows [n][row], key scales [n][groups], values [n][row], value scales
+    // [n][groups] (row: head_dim values as stored; the int8 layout of earlier blobs).
+    const std::size_t re = row_elements();
+    std::vector<element> row(re);
+    std::vector<scale_type> scales(groups_);
     for (std::size_t head = 0; head < layers_ * kv_heads_; ++head) {
       for (std::size_t j = 0; j < n; ++j) {
-        get_key_row(head, j, row.data());
-        p = edgellm::detail::store_le_array(p, row.data(), head_dim_);
+        get_key_row(head, j, row.data(), scales.data());
+        p = edgellm::detail::store_le_array(p, row.data(), re);
       }
+      for (std::size_t j = 0; j < n && scaled; ++j) {
+        get_key_row(head, j, row.data(), scales.data());
+        p = edgellm::detail::store_le_array(p, scales.data(), groups_);
+      }
+      p = edgellm::detail::store_le_array(p, v_.get() + head * slots_ * re, n * re);
       if constexpr (scaled)
-        p = edgellm::detail::store_le_array(p, k_scale_.get() + head * slots_, n);
-      p = edgellm::detail::store_le_array(p, v_.get() + head * slots_ * head_dim_, n * head_dim_);
-      if constexpr (scaled)
-        p = edgellm::detail::store_le_array(p, v_scale_.get() + head * slots_, n);
+        p = edgellm::detail::store_le_array(p, v_scale_.get() + head * slots_ * groups_, n * groups_);
     }
     seal_prefix_blob(out);
     return {};
@@ -355,17 +399,20 @@ class DenseKVCache {
                       " positions");
     }
     const std::byte* p = blob.data() + kPrefixHeaderBytes;
+    const std::size_t re = row_elements();
     for (std::size_t head = 0; head < layers_ * kv_heads_; ++head) {
+      const std::byte* scales = p + n * re * sizeof(element);  // [n][groups] key scales
       for (std::size_t j = 0; j < n; ++j) {
         start_tile(head, j);
-        p = edgellm::detail::load_le_array(p, row_.data(), head_dim_);
-        put_key_row(head, j, row_.data());
+        p = edgellm::detail::load_le_array(p, row_.data(), re);
+        if constexpr (scaled)
+          scales = edgellm::detail::load_le_array(scales, row_scales_.data(), groups_);
+        put_key_row(head, j, row_.data(), row_scales_.data());
       }
+      p += n * groups_ * sizeof(scale_type);
+      p = edgellm::detail::load_le_array(p, v_.get() + head * slots_ * re, n * re);
       if constexpr (scaled)
-        p = edgellm::detail::load_le_array(p, k_scale_.get() + head * slots_, n);
-      p = edgellm::detail::load_le_array(p, v_.get() + head * slots_ * head_dim_, n * head_dim_);
-      if constexpr (scaled)
-        p = edgellm::detail::load_le_array(p, v_scale_.get() + head * slots_, n);
+        p = edgellm::detail::load_le_array(p, v_scale_.get() + head * slots_ * groups_, n * groups_);
     }
     std::fill(layer_length_.begin(), layer_length_.end(), static_cast<std::size_t>(n));
     return {};
@@ -373,14 +420,14 @@ class DenseKVCache {
 
   /// The storage of one layer as the kernels read it (attend, tests, the scalar twin
   /// kernels::reference::attention_stored). Valid until the cache is modified or destroyed.
-  kernels::KvLayerView<element> layer_view(std::size_t layer) const noexcept {
-    kernels::KvLayerView<element> v;
+  typename Store::view_type layer_view(std::size_t layer) const noexcept {
+    typename Store::view_type v;
     const std::size_t head = layer * kv_heads_;
-    v.k = k_.get() + head * slots_ * head_dim_;
-    v.v = v_.get() + head * slots_ * head_dim_;
+    v.k = k_.get() + head * slots_ * row_elements();
+    v.v = v_.get() + head * slots_ * row_elements();
     if constexpr (scaled) {
-      v.k_scale = k_scale_.get() + head * slots_;
-      v.v_scale = v_scale_.get() + head * slots_;
+      v.k_scale = k_scale_.get() + head * slots_ * groups_;
+      v.v_scale = v_scale_.get() + head * slots_ * groups_;
     }
     v.kv_heads = kv_heads_;
     v.head_dim = head_dim_;
@@ -400,42 +447,66 @@ class DenseKVCache {
   }
 
   std::size_t payload_bytes(std::size_t n) const noexcept {
-    return layers_ * kv_heads_ * n * (2 * head_dim_ * sizeof(element) + (scaled ? 8 : 0));
+    return layers_ * kv_heads_ * n * 2 * row_bytes(head_dim_);
   }
+  /// Elements of one stored row.
+  std::size_t row_elements() const noexcept { return head_dim_ / Store::values_per_element; }
 
   // Zeroes the key tile (and the scales) of position pos of head (layer * kv_heads + kv head)
   // when pos starts it, so that tiles the kernels read hold no uninitialised lanes.
   void start_tile(std::size_t head, std::size_t pos) noexcept {
     if (pos % kernels::kAttentionTile != 0) return;
-    element* tile = k_.get() + (head * slots_ + pos) * head_dim_;  // tile pos/16 starts at pos*hd
-    std::fill(tile, tile + kernels::kAttentionTile * head_dim_, element{});
+    const std::size_t re = row_elements();
+    element* tile = k_.get() + (head * slots_ + pos) * re;  // tile pos/16 starts at row pos
+    std::fill(tile, tile + kernels::kAttentionTile * re, element{});
     if constexpr (scaled) {
-      std::fill_n(k_scale_.get() + head * slots_ + pos, kernels::kAttentionTile, 0.0f);
-      std::fill_n(v_scale_.get() + head * slots_ + pos, kernels::kAttentionTile, 0.0f);
+      const std::size_t at = (head * slots_ + pos) * groups_, count = kernels::kAttentionTile * groups_;
+      std::fill_n(k_scale_.get() + at, count, scale_type{});
+      std::fill_n(v_scale_.get() + at, count, scale_type{});
     }
   }
 
-  void put_key_row(std::size_t head, std::size_t pos, const element* row) noexcept {
-    element* kh = k_.get() + head * slots_ * head_dim_;
-    for (std::size_t c = 0; c < head_dim_; ++c)
-      kh[kernels::KvLayerView<element>::k_index(pos, c, head_dim_)] = row[c];
+  // Key scales of a tile: [groups][16] (one scale per position and group).
+  scale_type* key_scales(std::size_t head, std::size_t pos) const noexcept {
+    const std::size_t tile = pos / kernels::kAttentionTile;
+    return k_scale_.get() + (head * slots_ + tile * kernels::kAttentionTile) * groups_ +
+           pos % kernels::kAttentionTile;
   }
 
-  void get_key_row(std::size_t head, std::size_t pos, element* row) const noexcept {
-    const element* kh = k_.get() + head * slots_ * head_dim_;
-    for (std::size_t c = 0; c < head_dim_; ++c)
-      row[c] = kh[kernels::KvLayerView<element>::k_index(pos, c, head_dim_)];
+  void put_key_row(std::size_t head, std::size_t pos, const element* row,
+                   const scale_type* scales) noexcept {
+    const std::size_t tile = pos / kernels::kAttentionTile;
+    Store::put_key(k_.get() + (head * slots_ + tile * kernels::kAttentionTile) * row_elements(),
+                   pos % kernels::kAttentionTile, row, head_dim_);
+    if constexpr (scaled) {
+      scale_type* ks = key_scales(head, pos);
+      for (std::size_t g = 0; g < groups_; ++g) ks[g * kernels::kAttentionTile] = scales[g];
+    }
+  }
+
+  void get_key_row(std::size_t head, std::size_t pos, element* row, scale_type* scales) const noexcept {
+    const std::size_t tile = pos / kernels::kAttentionTile;
+    Store::get_key(k_.get() + (head * slots_ + tile * kernels::kAttentionTile) * row_elements(),
+                   pos % kernels::kAttentionTile, row, head_dim_);
+    if constexpr (scaled) {
+      const scale_type* ks = key_scales(head, pos);
+      for (std::size_t g = 0; g < groups_; ++g) scales[g] = ks[g * kernels::kAttentionTile];
+    }
   }
 
   std::size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
-  std::size_t slots_ = 0;  // kernels::attention_slots(capacity)
-  std::size_t count_ = 0;  // elements of each of k_, v_
-  // [layers][kv_heads][slots / 16][head_dim][16] keys, [layers][kv_heads][slots][head_dim] values
+  std::size_t slots_ = 0;   // kernels::attention_slots(capacity)
+  std::size_t groups_ = 0;  // scales per row: Store::groups(head_dim)
+  std::size_t count_ = 0;   // elements of each of k_, v_
+  // [layers][kv_heads][slots / 16][head_dim][16 values] keys, [layers][kv_heads][slots][head_dim
+  // values] values (Store::view_type has the exact layout)
   edgellm::detail::AlignedArray<element> k_, v_;
-  // [layers][kv_heads][slots] fp32 scales (scaled formats only)
-  edgellm::detail::AlignedArray<float> k_scale_, v_scale_;
+  // keys [layers][kv_heads][slots / 16][groups][16], values [layers][kv_heads][slots][groups]
+  // (scaled formats only)
+  edgellm::detail::AlignedArray<scale_type> k_scale_, v_scale_;
   std::vector<std::size_t> layer_length_;  // [layers]
-  std::vector<element> row_;               // [head_dim] one converted key row
+  std::vector<element> row_;               // [head_dim values] one converted key row
+  std::vector<scale_type> row_scales_;     // [groups] its scales
   std::vector<float> scratch_;             // attention scratch: kernels::attend_scratch_floats
 };
 

@@ -2,7 +2,7 @@
 // The KV cache concepts the transformer is written against: KVStore (shape, length, rollback:
 // all a model sequences), KVCache (a host cache that also stores keys and values and attends
 // over them) and PrefixKVCache (save and restore a prefix as a blob). The caches:
-// cache/dense_kv_cache.hpp (fp32, fp16), cache/quantized_kv_cache.hpp (int8); the blob format:
+// cache/dense_kv_cache.hpp (fp32, fp16), cache/quantized_kv_cache.hpp (int8, int4); the blob format:
 // cache/prefix_blob.hpp; the attention math: kernels/attention.hpp (its scalar oracle and twin:
 // kernels/reference_attention.hpp).
 #pragma once

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Causal GQA attention over a KV cache's stored keys and values, for every storage format
-// (fp32, fp16, int8 with per-(position, kv head) scales): the tiled layout, the xsimd kernels,
+// (fp32, fp16, int8 with per-(position, kv head) scales, int4 with per-(position, kv head, 32
+// coordinates) fp16 scales): the tiled layout, the xsimd kernels,
 // and the split over a thread pool, on a plain view of a layer's storage (KvLayerView). The
 // caches (cache/dense_kv_cache.hpp) store and append; they call attend_layer. The scalar twin
 // and oracle: kernels/reference_attention.hpp.
@@ -107,6 +108,75 @@ struct KvLayerView {
   static std::size_t k_index(std::size_t j, std::size_t c, std::size_t head_dim) noexcept {
     return ((j / kAttentionTile) * head_dim + c) * kAttentionTile + j % kAttentionTile;
   }
+
+  // What the generic kernel (detail::chunk_partial) asks of a view.
+  /// Rows carry one fp32 scale each (int8 codes).
+  static constexpr bool row_scaled = std::is_same_v<T, std::int8_t>;
+  /// Keys and values carry a scale per group of coordinates (int4 only).
+  static constexpr bool grouped = false;
+};
+
+/// Coordinates per scale group of the int4 cache (head_dim must be a multiple).
+inline constexpr std::size_t kKvQ4Group = 32;
+
+/// One layer of an int4 cache: 4-bit two's complement codes q in [-7, 7], the stored value
+/// q * scale, one fp16 scale per (position, group of kKvQ4Group coordinates). Sixteen values
+/// pack into a block of 8 bytes read as a little-endian 64-bit word: value i at bit 32 (i % 2) +
+/// 4 (i / 2), so that the word broadcast to 32-bit lanes gives lane i the half holding value i,
+/// and one variable left shift and one arithmetic right shift give every lane its code.
+/// Per kv head g (groups = head_dim / 32):
+///   k       + g * slots * head_dim / 2   [slots / 16][head_dim][8 bytes]  key tiles: column c
+///                                        packs coordinate c of the tile's 16 positions
+///   k_scale + g * slots * groups         [slots / 16][groups][16] fp16    per tile and group
+///   v       + g * slots * head_dim / 2   [slots][head_dim / 16][8 bytes]  values by position
+///   v_scale + g * slots * groups         [slots][groups] fp16
+struct KvLayerViewQ4 {
+  const std::uint8_t* k = nullptr;
+  const std::uint16_t* k_scale = nullptr;
+  const std::uint8_t* v = nullptr;
+  const std::uint16_t* v_scale = nullptr;
+  std::size_t kv_heads = 0, head_dim = 0, slots = 0;
+
+  static constexpr bool row_scaled = false;
+  static constexpr bool grouped = true;
+  std::size_t groups() const noexcept { return head_dim / kKvQ4Group; }
+  const std::uint8_t* k_head(std::size_t g) const noexcept { return k + g * slots * head_dim / 2; }
+  const std::uint8_t* v_head(std::size_t g) const noexcept { return v + g * slots * head_dim / 2; }
+  const std::uint16_t* k_scale_head(std::size_t g) const noexcept {
+    return k_scale + g * slots * groups();
+  }
+  const std::uint16_t* v_scale_head(std::size_t g) const noexcept {
+    return v_scale + g * slots * groups();
+  }
+  /// Byte of a block and bit within it where value i's nibble starts (bit 32 (i % 2) + 4 (i / 2)
+  /// of the little-endian word).
+  static constexpr std::size_t code_byte(std::size_t i) noexcept { return 4 * (i % 2) + i / 4; }
+  static constexpr unsigned code_bit(std::size_t i) noexcept { return 4 * ((i / 2) % 2); }
+  /// The 4-bit code (-7 .. 7; -8 is never stored) of value i of a 16-value block.
+  static int code(const std::uint8_t* block, std::size_t i) noexcept {
+    const int n = (block[code_byte(i)] >> code_bit(i)) & 15;
+    return n >= 8 ? n - 16 : n;
+  }
+  /// Replaces value i's code (-8 .. 7) in a block.
+  static void set_code(std::uint8_t* block, std::size_t i, int q) noexcept {
+    std::uint8_t& b = block[code_byte(i)];
+    const unsigned shift = code_bit(i);
+    b = static_cast<std::uint8_t>((b & ~(15u << shift)) | ((static_cast<unsigned>(q) & 15u) << shift));
+  }
+  /// Code and scale of key (position j, coordinate c) / value (position j, coordinate c).
+  int key_code(std::size_t g, std::size_t j, std::size_t c) const noexcept {
+    return code(k_head(g) + ((j / kAttentionTile) * head_dim + c) * 8, j % kAttentionTile);
+  }
+  std::uint16_t key_scale(std::size_t g, std::size_t j, std::size_t c) const noexcept {
+    return k_scale_head(g)[((j / kAttentionTile) * groups() + c / kKvQ4Group) * kAttentionTile +
+                           j % kAttentionTile];
+  }
+  int value_code(std::size_t g, std::size_t j, std::size_t c) const noexcept {
+    return code(v_head(g) + j * head_dim / 2 + c / 16 * 8, c % 16);
+  }
+  std::uint16_t value_scale(std::size_t g, std::size_t j, std::size_t c) const noexcept {
+    return v_scale_head(g)[j * groups() + c / kKvQ4Group];
+  }
 };
 
 namespace detail {
@@ -203,6 +273,47 @@ EDGELLM_ALWAYS_INLINE fbatch<Arch> load_f32(const std::uint16_t* p) noexcept {
   }
 }
 
+/// Values lane .. lane + fbatch::size - 1 of a 16-value int4 block (8 bytes, KvLayerViewQ4) as
+/// floats (the codes, exact); lane is a multiple of the batch size below 16. x86 and AArch64:
+/// the block's word broadcast, each lane shifted left to put its nibble on top and
+/// arithmetically right by 28.
+template <class Arch>
+EDGELLM_ALWAYS_INLINE fbatch<Arch> load_q4(const std::uint8_t* block, std::size_t lane) noexcept {
+#if XSIMD_WITH_AVX512F
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    std::int64_t w;
+    std::memcpy(&w, block, 8);
+    const __m512i up = _mm512_setr_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+    return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_sllv_epi32(_mm512_set1_epi64(w), up), 28));
+  } else
+#endif
+#if XSIMD_WITH_AVX2
+      if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    std::int64_t w;
+    std::memcpy(&w, block, 8);
+    const __m256i up = lane == 0 ? _mm256_setr_epi32(28, 28, 24, 24, 20, 20, 16, 16)
+                                 : _mm256_setr_epi32(12, 12, 8, 8, 4, 4, 0, 0);
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_sllv_epi32(_mm256_set1_epi64x(w), up), 28));
+  } else
+#endif
+#if XSIMD_WITH_NEON64
+      if constexpr (std::is_base_of_v<xsimd::neon64, Arch>) {
+    std::uint64_t w;
+    std::memcpy(&w, block, 8);
+    const std::int32_t top = static_cast<std::int32_t>(28 - 2 * lane);  // lanes lane .. lane + 3
+    const int32x4_t up = {top, top, top - 4, top - 4};
+    const int32x4_t x = vreinterpretq_s32_u64(vdupq_n_u64(w));
+    return vcvtq_f32_s32(vshrq_n_s32(vshlq_s32(x, up), 28));
+  } else
+#endif
+  {
+    alignas(64) float buf[fbatch<Arch>::size];
+    for (std::size_t i = 0; i < fbatch<Arch>::size; ++i)
+      buf[i] = static_cast<float>(KvLayerViewQ4::code(block, lane + i));
+    return fbatch<Arch>::load_aligned(buf);
+  }
+}
+
 /// exp of every lane (xsimd::exp: Cephes-style range reduction and polynomial; 0 below -87.3).
 /// The attention bound assumes a relative error <= 4u on [-88, 0]; the tests check it.
 template <class Arch>
@@ -226,10 +337,10 @@ constexpr std::size_t acc_budget() noexcept {
 // ---------------------------------------------------------------------------------------------
 // One chunk: positions [j0, j0 + n) of one kv head against NH query heads of its group.
 
-/// Per-thread scratch of the chunk kernel, in floats: pre-scaled queries [8][head_dim] and
-/// scores / weights [8][kChunk].
+/// Per-thread scratch of the chunk kernel, in floats: pre-scaled queries [8][head_dim], scores /
+/// weights [8][kChunk] and the int4 value scales of a chunk in fp32 [kChunk][head_dim / 32].
 inline std::size_t chunk_scratch_floats(std::size_t head_dim) noexcept {
-  return 8 * head_dim + 8 * kChunk;
+  return 8 * head_dim + 8 * kChunk + kChunk * (head_dim / kKvQ4Group);
 }
 
 /// The partial result of one chunk for one query head: [m, l, o[head_dim]] with m the largest
@@ -237,18 +348,21 @@ inline std::size_t chunk_scratch_floats(std::size_t head_dim) noexcept {
 inline std::size_t partial_floats(std::size_t head_dim) noexcept { return head_dim + 2; }
 
 /// Partial results of one chunk for NH query heads (nh of them real; the rest are padding with
-/// zero queries whose results are dropped).
+/// zero queries whose results are dropped), over a KvLayerView<T> or a KvLayerViewQ4.
 ///   qs:   [NH][head_dim] queries times attention_scale (padding rows zero)
 ///   s:    [NH][kChunk] scratch (scores, then weights)
+///   vsf:  [kChunk][head_dim / 32] scratch (int4: the chunk's value scales in fp32)
 ///   part: [nh][head_dim + 2] output, see partial_floats
 /// j0 is a multiple of kChunk, 1 <= n <= kChunk, and positions < j0 + n are stored.
 /// Numerics, per head and position j (all fp32; sums in the order written):
 ///   s_j = dot(qs, k_j) (* k_scale_j)     one running FMA sum over c = 0 .. head_dim - 1
 ///   m = max_j s_j,  e_j = exp(s_j - m) (xsimd::exp),  l = sum of e_j (per-lane partial sums)
 ///   w_j = e_j (* v_scale_j),  o_c = sum_j w_j v_jc    one running FMA sum over j in order
-template <class Arch, class T, bool Scaled, std::size_t NH>
-void chunk_partial(const KvLayerView<T>& kv, std::size_t g, const float* qs, std::size_t nh,
-                   std::size_t j0, std::size_t n, float* s, float* part) noexcept {
+/// int4 (grouped): k_jc and v_jc are code * scale of their group, exact in fp32 (a 4-bit code
+/// times an fp16 scale), and no row scale applies.
+template <class Arch, class View, std::size_t NH>
+void chunk_partial(const View& kv, std::size_t g, const float* qs, std::size_t nh,
+                   std::size_t j0, std::size_t n, float* s, float* vsf, float* part) noexcept {
   using B = fbatch<Arch>;
   constexpr std::size_t W = B::size;
   static_assert(kTile % W == 0 && kChunk % kTile == 0 && kVBlock % kTile == 0);
@@ -257,42 +371,84 @@ void chunk_partial(const KvLayerView<T>& kv, std::size_t g, const float* qs, std
   constexpr std::size_t KB = std::clamp<std::size_t>(budget / NH, 1, kTile / W);
   constexpr std::size_t VB = std::max<std::size_t>(budget / NH, 1);
   const std::size_t hd = kv.head_dim, ps = partial_floats(hd);
-  const T* kh = kv.k_head(g);
-  const T* vh = kv.v_head(g);
-  const float* ksc = kv.k_scale_head(g);
-  const float* vsc = kv.v_scale_head(g);
+  const auto* kh = kv.k_head(g);
+  const auto* vh = kv.v_head(g);
+  const auto* ksc = kv.k_scale_head(g);
+  const auto* vsc = kv.v_scale_head(g);
 
   // 1. Scores, a tile at a time; lanes past n are computed on stored (initialised) data and
   //    masked below.
   const std::size_t t_end = (j0 + n + kTile - 1) / kTile;
   for (std::size_t t = j0 / kTile; t < t_end; ++t) {
-    const T* kt = kh + t * hd * kTile;
     for (std::size_t lane = 0; lane < kTile && t * kTile + lane < j0 + n; lane += KB * W) {
       B acc[NH][KB];
 #pragma GCC unroll 8
       for (std::size_t r = 0; r < NH; ++r)
 #pragma GCC unroll 4
         for (std::size_t b = 0; b < KB; ++b) acc[r][b] = B(0.0f);
-      for (std::size_t c = 0; c < hd; ++c) {
-        B kb[KB];
+      if constexpr (View::grouped) {
+        // Per group: sum_c q_c code_c, then times the group's scale (with 32 vector registers:
+        // the sums in registers of their own) or each code times its scale before the FMA.
+        constexpr bool group_sums = budget >= 16;
+        const std::uint8_t* kt = kh + t * hd * 8;
+        const std::uint16_t* kst = ksc + t * kv.groups() * kTile;
+        for (std::size_t gi = 0, c = 0; gi < kv.groups(); ++gi) {
+          B ks[KB], gsum[group_sums ? NH : 1][KB];
 #pragma GCC unroll 4
-        for (std::size_t b = 0; b < KB; ++b) kb[b] = load_f32<Arch>(kt + c * kTile + lane + b * W);
+          for (std::size_t b = 0; b < KB; ++b) ks[b] = load_f32<Arch>(kst + gi * kTile + lane + b * W);
+          if constexpr (group_sums) {
 #pragma GCC unroll 8
-        for (std::size_t r = 0; r < NH; ++r) {
-          const B qr(qs[r * hd + c]);
+            for (std::size_t r = 0; r < NH; ++r)
 #pragma GCC unroll 4
-          for (std::size_t b = 0; b < KB; ++b) acc[r][b] = xsimd::fma(qr, kb[b], acc[r][b]);
+              for (std::size_t b = 0; b < KB; ++b) gsum[r][b] = B(0.0f);
+          }
+          for (const std::size_t ce = c + kKvQ4Group; c < ce; ++c) {
+            B kb[KB];
+#pragma GCC unroll 4
+            for (std::size_t b = 0; b < KB; ++b) {
+              kb[b] = load_q4<Arch>(kt + c * 8, lane + b * W);
+              if constexpr (!group_sums) kb[b] *= ks[b];
+            }
+#pragma GCC unroll 8
+            for (std::size_t r = 0; r < NH; ++r) {
+              const B qr(qs[r * hd + c]);
+#pragma GCC unroll 4
+              for (std::size_t b = 0; b < KB; ++b) {
+                if constexpr (group_sums) gsum[r][b] = xsimd::fma(qr, kb[b], gsum[r][b]);
+                else acc[r][b] = xsimd::fma(qr, kb[b], acc[r][b]);
+              }
+            }
+          }
+          if constexpr (group_sums) {
+#pragma GCC unroll 8
+            for (std::size_t r = 0; r < NH; ++r)
+#pragma GCC unroll 4
+              for (std::size_t b = 0; b < KB; ++b) acc[r][b] = xsimd::fma(gsum[r][b], ks[b], acc[r][b]);
+          }
+        }
+      } else {
+        const auto* kt = kh + t * hd * kTile;
+        for (std::size_t c = 0; c < hd; ++c) {
+          B kb[KB];
+#pragma GCC unroll 4
+          for (std::size_t b = 0; b < KB; ++b) kb[b] = load_f32<Arch>(kt + c * kTile + lane + b * W);
+#pragma GCC unroll 8
+          for (std::size_t r = 0; r < NH; ++r) {
+            const B qr(qs[r * hd + c]);
+#pragma GCC unroll 4
+            for (std::size_t b = 0; b < KB; ++b) acc[r][b] = xsimd::fma(qr, kb[b], acc[r][b]);
+          }
         }
       }
       const std::size_t at = t * kTile + lane - j0;
 #pragma GCC unroll 4
       for (std::size_t b = 0; b < KB; ++b) {
         B sc(1.0f);
-        if constexpr (Scaled) sc = B::load_unaligned(ksc + t * kTile + lane + b * W);
+        if constexpr (View::row_scaled) sc = B::load_unaligned(ksc + t * kTile + lane + b * W);
 #pragma GCC unroll 8
         for (std::size_t r = 0; r < NH; ++r) {
           B x = acc[r][b];
-          if constexpr (Scaled) x *= sc;
+          if constexpr (View::row_scaled) x *= sc;
           x.store_unaligned(s + r * kChunk + at + b * W);
         }
       }
@@ -328,7 +484,7 @@ void chunk_partial(const KvLayerView<T>& kv, std::size_t g, const float* qs, std
       B e = exp_f32<Arch>(B::load_unaligned(row + k) - mb);
       if (k + W > n) e = xsimd::select(idx < B(static_cast<float>(n - k)), e, B(0.0f));
       sum += e;
-      if constexpr (Scaled) {
+      if constexpr (View::row_scaled) {
         e *= B::load_unaligned(vsc + j0 + k);
         if (k + W > n) e = xsimd::select(idx < B(static_cast<float>(n - k)), e, B(0.0f));
       }
@@ -336,6 +492,14 @@ void chunk_partial(const KvLayerView<T>& kv, std::size_t g, const float* qs, std
     }
     part[r * ps] = m;
     part[r * ps + 1] = xsimd::hadd(sum);
+  }
+
+  if constexpr (View::grouped) {  // the chunk's value scales, converted once for every pass
+    const std::size_t count = n * kv.groups();
+    const std::uint16_t* from = vsc + j0 * kv.groups();
+    std::size_t i = 0;
+    for (; i + W <= count; i += W) load_f32<Arch>(from + i).store_unaligned(vsf + i);
+    for (; i < count; ++i) vsf[i] = f16_to_f32(from[i]);
   }
 
   // 3. o[r] = sum_j w[r][j] v_j: blocks of kVBlock rows; per pass NB batches of coordinates
@@ -358,10 +522,20 @@ void chunk_partial(const KvLayerView<T>& kv, std::size_t g, const float* qs, std
                               ? B(0.0f)
                               : B::load_unaligned(part + r * ps + 2 + c0 + b * W);
           for (std::size_t j = jb; j < je; ++j) {
-            const T* vr = vh + (j0 + j) * hd + c0;
             B vb[NB];
+            if constexpr (View::grouped) {
+              const std::uint8_t* vr = vh + (j0 + j) * hd / 2;
+              const float* vs = vsf + j * kv.groups();
 #pragma GCC unroll 16
-            for (std::size_t b = 0; b < NB; ++b) vb[b] = load_f32<Arch>(vr + b * W);
+              for (std::size_t b = 0; b < NB; ++b) {
+                const std::size_t c = c0 + b * W;
+                vb[b] = load_q4<Arch>(vr + c / 16 * 8, c % 16) * B(vs[c / kKvQ4Group]);
+              }
+            } else {
+              const auto* vr = vh + (j0 + j) * hd + c0;
+#pragma GCC unroll 16
+              for (std::size_t b = 0; b < NB; ++b) vb[b] = load_f32<Arch>(vr + b * W);
+            }
 #pragma GCC unroll 8
             for (std::size_t r = 0; r < NH; ++r) {
               const B wr(s[r * kChunk + j]);
@@ -380,12 +554,14 @@ void chunk_partial(const KvLayerView<T>& kv, std::size_t g, const float* qs, std
     passes(std::integral_constant<std::size_t, 4>{});
     passes(std::integral_constant<std::size_t, 2>{});
     passes(std::integral_constant<std::size_t, 1>{});
-    for (std::size_t c = hd_vec; c < hd; ++c) {  // coordinates past the last whole batch
-      for (std::size_t r = 0; r < nh; ++r) {
-        float o = jb == 0 ? 0.0f : part[r * ps + 2 + c];
-        for (std::size_t j = jb; j < je; ++j)
-          o = std::fma(s[r * kChunk + j], element_f32(vh[(j0 + j) * hd + c]), o);
-        part[r * ps + 2 + c] = o;
+    if constexpr (!View::grouped) {  // int4 needs head_dim % 32 == 0: no partial batch
+      for (std::size_t c = hd_vec; c < hd; ++c) {  // coordinates past the last whole batch
+        for (std::size_t r = 0; r < nh; ++r) {
+          float o = jb == 0 ? 0.0f : part[r * ps + 2 + c];
+          for (std::size_t j = jb; j < je; ++j)
+            o = std::fma(s[r * kChunk + j], element_f32(vh[(j0 + j) * hd + c]), o);
+          part[r * ps + 2 + c] = o;
+        }
       }
     }
   }
@@ -430,12 +606,13 @@ constexpr std::size_t chunks_of(std::size_t pos) noexcept { return pos / kChunk 
 
 /// All chunks of one (query, kv head) pair for query heads [0, group): partial results of chunk
 /// b at part + b * group * partial_floats(hd), head r at + r * partial_floats(hd).
-template <class Arch, class T, bool Scaled>
-void chunk_task(const KvLayerView<T>& kv, std::size_t g, const float* q, std::size_t group,
+template <class Arch, class View>
+void chunk_task(const View& kv, std::size_t g, const float* q, std::size_t group,
                 std::size_t pos, std::size_t b, float scale, float* scratch, float* part) noexcept {
   const std::size_t hd = kv.head_dim, j0 = b * kChunk, n = std::min(kChunk, pos + 1 - j0);
   float* qs = scratch;
   float* s = scratch + 8 * hd;
+  float* vsf = s + 8 * kChunk;
   for (std::size_t h0 = 0; h0 < group;) {
     const std::size_t rest = group - h0;
     // Pieces of 8, 7 or 6 heads (exact for Qwen2's groups of 7 and 6), 5 padded to 6, 3 to 4.
@@ -445,12 +622,12 @@ void chunk_task(const KvLayerView<T>& kv, std::size_t g, const float* q, std::si
       for (std::size_t c = 0; c < hd; ++c) qs[r * hd + c] = r < nh ? q[(h0 + r) * hd + c] * scale : 0.0f;
     float* p = part + h0 * partial_floats(hd);
     switch (width) {
-      case 8: chunk_partial<Arch, T, Scaled, 8>(kv, g, qs, nh, j0, n, s, p); break;
-      case 7: chunk_partial<Arch, T, Scaled, 7>(kv, g, qs, nh, j0, n, s, p); break;
-      case 6: chunk_partial<Arch, T, Scaled, 6>(kv, g, qs, nh, j0, n, s, p); break;
-      case 4: chunk_partial<Arch, T, Scaled, 4>(kv, g, qs, nh, j0, n, s, p); break;
-      case 2: chunk_partial<Arch, T, Scaled, 2>(kv, g, qs, nh, j0, n, s, p); break;
-      default: chunk_partial<Arch, T, Scaled, 1>(kv, g, qs, nh, j0, n, s, p); break;
+      case 8: chunk_partial<Arch, View, 8>(kv, g, qs, nh, j0, n, s, vsf, p); break;
+      case 7: chunk_partial<Arch, View, 7>(kv, g, qs, nh, j0, n, s, vsf, p); break;
+      case 6: chunk_partial<Arch, View, 6>(kv, g, qs, nh, j0, n, s, vsf, p); break;
+      case 4: chunk_partial<Arch, View, 4>(kv, g, qs, nh, j0, n, s, vsf, p); break;
+      case 2: chunk_partial<Arch, View, 2>(kv, g, qs, nh, j0, n, s, vsf, p); break;
+      default: chunk_partial<Arch, View, 1>(kv, g, qs, nh, j0, n, s, vsf, p); break;
     }
     h0 += nh;
   }
@@ -478,9 +655,9 @@ inline std::size_t attend_scratch_floats(std::size_t n_q, std::size_t first_pos,
 /// size only: many (query, kv head) pairs -> contiguous runs of pairs of about equal cost per
 /// thread; few pairs (decode) -> (pair, chunk) items split evenly, then the merges. Both give
 /// the same bits, so results do not depend on the pool (null: the calling thread).
-/// scratch: grown to attend_scratch_floats(...).
-template <class Arch, class T, bool Scaled>
-void attend_layer(const KvLayerView<T>& kv, const float* q, std::size_t n_q,
+/// kv: a KvLayerView<T> or a KvLayerViewQ4. scratch: grown to attend_scratch_floats(...).
+template <class Arch, class View>
+void attend_layer(const View& kv, const float* q, std::size_t n_q,
                   std::size_t first_pos, std::size_t heads, float* out, ThreadPool* pool,
                   std::vector<float>& scratch) {
   using namespace detail;  // the chunk kernels
@@ -508,7 +685,7 @@ void attend_layer(const KvLayerView<T>& kv, const float* q, std::size_t n_q,
         const std::size_t nb = chunks_of(first_pos + i);
         for (std::size_t g = 0; g < kvh; ++g, k += nb) {
           for (std::size_t b = std::max(k, k0) - k; b < nb && k + b < k1; ++b)
-            chunk_task<Arch, T, Scaled>(kv, g, q_of(i, g), group, first_pos + i, b, scale, mine,
+            chunk_task<Arch, View>(kv, g, q_of(i, g), group, first_pos + i, b, scale, mine,
                                         shared + (k + b) * slot);
         }
       }
@@ -545,7 +722,7 @@ void attend_layer(const KvLayerView<T>& kv, const float* q, std::size_t n_q,
         if (acc < c0 || acc >= c1) continue;
         const std::size_t pos = first_pos + i, nb = chunks_of(pos);
         for (std::size_t b = 0; b < nb; ++b)
-          chunk_task<Arch, T, Scaled>(kv, g, q_of(i, g), group, pos, b, scale, mine, part + b * slot);
+          chunk_task<Arch, View>(kv, g, q_of(i, g), group, pos, b, scale, mine, part + b * slot);
         for (std::size_t r = 0; r < group; ++r)
           merge_partials<Arch>(part + r * partial_floats(hd), nb, slot, hd, out_of(i, g) + r * hd);
       }

@@ -35,6 +35,16 @@ double stored_value(const KvLayerView<T>& kv, std::size_t g, std::size_t j,
   return kv.v_scale ? x * static_cast<double>(kv.v_scale_head(g)[j]) : x;
 }
 
+/// The same for an int4 layer: code * fp16 scale of the coordinate's group.
+inline double stored_key(const KvLayerViewQ4& kv, std::size_t g, std::size_t j,
+                         std::size_t c) noexcept {
+  return kv.key_code(g, j, c) * static_cast<double>(f16_to_f32(kv.key_scale(g, j, c)));
+}
+inline double stored_value(const KvLayerViewQ4& kv, std::size_t g, std::size_t j,
+                           std::size_t c) noexcept {
+  return kv.value_code(g, j, c) * static_cast<double>(f16_to_f32(kv.value_scale(g, j, c)));
+}
+
 /// Scalar oracle for causal GQA attention, in double precision.
 ///   q   [n_q][heads][head_dim]          queries (after RoPE)
 ///   k,v [kv_heads][length][head_dim]    all cached keys / values (after RoPE), length >=
@@ -80,9 +90,9 @@ inline void attention(const float* q, std::size_t n_q, std::size_t first_pos, st
 /// the stored codes and scales (values dequantised exactly). Agrees with
 /// reference::attention on the dequantised keys and values to double rounding; the xsimd path
 /// agrees with it within the bound stated on DenseKVCache.
-///   q, out: [n_q][heads][head_dim]
-template <class T>
-void attention_stored(const KvLayerView<T>& kv, const float* q, std::size_t n_q,
+///   q, out: [n_q][heads][head_dim];  kv: a KvLayerView<T> or a KvLayerViewQ4
+template <class View>
+void attention_stored(const View& kv, const float* q, std::size_t n_q,
                       std::size_t first_pos, std::size_t heads, float* out) {
   const std::size_t hd = kv.head_dim, group = heads / kv.kv_heads;
   const double scale = static_cast<double>(attention_scale(hd));

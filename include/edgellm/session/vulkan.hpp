@@ -89,10 +89,8 @@ inline result<Session> create_vulkan_session(std::shared_ptr<const Engine> engin
   constexpr std::string_view where = "create_vulkan_session";
   return edgellm::detail::guard_exceptions(where, [&]() -> result<Session> {
     if (!engine) return make_error(errc::invalid_argument, where, "engine: null");
-    if (options.kv_type == cache::KvType::f32) {
-      return make_error(errc::unsupported, where,
-                        "kv_type f32: the device caches hold int8 or f16; choose one of them");
-    }
+    const auto format = vk::kv_format_of(options.kv_type, "kv_type", where);
+    if (!format) return format.error();
     if (options.memory_budget.enabled()) {
       return make_error(errc::unsupported, where,
                         "memory_budget: plans host memory; a Vulkan Session's state is in device "
@@ -108,11 +106,9 @@ inline result<Session> create_vulkan_session(std::shared_ptr<const Engine> engin
     }
     model::TransformerOptions to = Session::model_options(*engine, options);
     to.pool = nullptr;
-    const vk::KvFormat format =
-        options.kv_type == cache::KvType::int8 ? vk::KvFormat::int8 : vk::KvFormat::f16;
     const auto build = [&](const std::shared_ptr<const model::TransformerWeights>& w,
                            const model::TransformerOptions& o) {
-      return make_vulkan_transformer(*dev, w, o, format, vulkan.backend_options);
+      return make_vulkan_transformer(*dev, w, o, *format, vulkan.backend_options);
     };
     auto target = build(engine->weights(), to);
     if (!target) return target.error();

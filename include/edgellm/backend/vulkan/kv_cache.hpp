@@ -11,6 +11,7 @@
 #include "edgellm/backend/vulkan/pipeline.hpp"
 #include "edgellm/backend/vulkan/spirv/kv_append.hpp"
 #include "edgellm/cache/prefix_blob.hpp"
+#include "edgellm/cache/quantized_kv_cache.hpp"
 #include "edgellm/detail/bytes.hpp"
 #include "edgellm/result.hpp"
 
@@ -36,6 +37,17 @@ enum class KvFormat {
 /// "int8", "f16".
 inline const char* kv_format_name(KvFormat f) noexcept {
   return f == KvFormat::int8 ? "int8" : "f16";
+}
+
+/// The device format of a host KV type: int8 and f16; f32 and int4 are refused by name
+/// (errc::unsupported at `where`, `what` leading the message: "kv_type", "--kv-type").
+inline result<KvFormat> kv_format_of(cache::KvType t, std::string_view what,
+                                     std::string_view where) {
+  if (t == cache::KvType::int8) return KvFormat::int8;
+  if (t == cache::KvType::f16) return KvFormat::f16;
+  return make_error(errc::unsupported, where,
+                    std::string(what) + " " + cache::kv_type_name(t) +
+                        ": the device caches hold int8 or f16; choose one of them");
 }
 
 /// Keys and values of `layers` layers in four device buffers; a row is one position of one kv
