@@ -341,14 +341,13 @@ class DenseKVCache {
     std::vector<element> row(re);
     std::vector<scale_type> scales(groups_);
     for (std::size_t head = 0; head < layers_ * kv_heads_; ++head) {
+      std::byte* key_scales = p + n * re * sizeof(element);  // [n][groups], after the rows
       for (std::size_t j = 0; j < n; ++j) {
         get_key_row(head, j, row.data(), scales.data());
         p = edgellm::detail::store_le_array(p, row.data(), re);
+        key_scales = edgellm::detail::store_le_array(key_scales, scales.data(), groups_);
       }
-      for (std::size_t j = 0; j < n && scaled; ++j) {
-        get_key_row(head, j, row.data(), scales.data());
-        p = edgellm::detail::store_le_array(p, scales.data(), groups_);
-      }
+      p = key_scales;
       p = edgellm::detail::store_le_array(p, v_.get() + head * slots_ * re, n * re);
       if constexpr (scaled)
         p = edgellm::detail::store_le_array(p, v_scale_.get() + head * slots_ * groups_, n * groups_);
