@@ -293,6 +293,15 @@ TEST_CASE("plan: decide_budget on the whole plan, and the tool's budget strings"
   CHECK(parse_budget("1.5G")->bytes == 3ull << 29);
   CHECK(parse_budget("123")->bytes == 123);
   CHECK(parse_budget("50%")->available_fraction == Approx(0.5));
+  // phone: 3.8 GiB, or 90 % of MemAvailable when that is less
+  auto phone = parse_budget("phone");
+  REQUIRE(phone);
+  const std::uint64_t gib38 = 4080218931;  // 3.8 GiB
+  phone->meminfo_path = test::source_dir() + "/tests/data/meminfo/linux-6.1.txt";  // 22.6 GiB
+  CHECK(resolve_budget(*phone).value() == gib38);
+  MemoryBudget small = *phone;
+  small.bytes = std::uint64_t{64} << 30;  // the fraction is then the smaller
+  CHECK(resolve_budget(small).value() == std::uint64_t{23661568} * 1024 * 9 / 10);
   for (const char* bad : {"", "%", "0", "150%", "12XB", "-5", "0%"}) {
     CAPTURE(bad);
     CHECK_FALSE(parse_budget(bad));
@@ -343,7 +352,10 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   using K = cache::KvType;
   PlanOptions o;
   o.kv_type = K::f32;
-  o.context_size = 2048;
+  // 512 tokens: at 2048 a generation would touch every row of the bundled model's small
+  // (4096 x 384) embedding, so a converted lm_head, which releases the tied embedding's pages,
+  // would not lower the peak.
+  o.context_size = 512;
   o.load.lm_head = F::as_stored;
   const auto peak = [&](F f, K k, std::size_t ctx) {
     PlanOptions t = o;
@@ -354,7 +366,7 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
     REQUIRE(p);
     return p->peak_bytes();
   };
-  const std::uint64_t given = peak(F::as_stored, K::f32, 2048);
+  const std::uint64_t given = peak(F::as_stored, K::f32, 512);
 
   // Fits as given: nothing changes.
   auto same = choose_within_budget(bundled(), o, given);
@@ -364,9 +376,8 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   CHECK(same->options.kv_type == K::f32);
   CHECK(same->plan.peak_bytes() == given);
 
-  // Just below: the lm_head changes first, to the first of int8, int4 that fits (the bundled
-  // model ties its lm_head to the embedding: an int4 lm_head keeps the embedding too).
-  const std::uint64_t i8 = peak(F::int8, K::f32, 2048), q4 = peak(F::q4, K::f32, 2048);
+  // Just below: the lm_head changes first, to the first of int8, int4 that fits.
+  const std::uint64_t i8 = peak(F::int8, K::f32, 512), q4 = peak(F::q4, K::f32, 512);
   const std::uint64_t lm_budget = std::min(i8, q4);
   REQUIRE(lm_budget < given);
   const F least = i8 <= q4 ? F::int8 : F::q4;
@@ -374,42 +385,47 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   REQUIRE(lm);
   CHECK(lm->options.load.lm_head == least);
   CHECK(lm->options.kv_type == K::f32);
-  CHECK(lm->options.context_size == 2048);
+  CHECK(lm->options.context_size == 512);
   CHECK_THAT(lm->note, Catch::Contains("lm_head f16 -> "));
   CHECK(lm->plan.peak_bytes() <= lm_budget);
 
   // Below every lm_head at f32: the smallest lm_head, then the KV cache narrows (f16 first).
-  const std::uint64_t kv_f16 = peak(least, K::f16, 2048);
+  const std::uint64_t kv_f16 = peak(least, K::f16, 512);
   REQUIRE(kv_f16 < lm_budget);
   auto kv = choose_within_budget(bundled(), o, kv_f16);
   REQUIRE(kv);
   CHECK(kv->options.load.lm_head == least);
   CHECK(kv->options.kv_type == K::f16);
-  CHECK(kv->options.context_size == 2048);
+  CHECK(kv->options.context_size == 512);
   CHECK_THAT(kv->note, Catch::Contains("KV f32 -> f16"));
 
-  // Below int8 at 2048 tokens: int4, the narrowest KV type.
-  const std::uint64_t kv_int4 = peak(least, K::int4, 2048);
-  REQUIRE(kv_int4 < peak(least, K::int8, 2048));
+  // Below int8 at 512 tokens: int4, the narrowest KV type.
+  const std::uint64_t kv_int4 = peak(least, K::int4, 512);
+  REQUIRE(kv_int4 < peak(least, K::int8, 512));
   auto narrow = choose_within_budget(bundled(), o, kv_int4);
   REQUIRE(narrow);
   CHECK(narrow->options.kv_type == K::int4);
-  CHECK(narrow->options.context_size == 2048);
+  CHECK(narrow->options.context_size == 512);
   CHECK_THAT(narrow->note, Catch::Contains("KV f32 -> int4"));
 
-  // Below every lm_head and KV type at 2048 tokens: the context shrinks, to the longest that
-  // fits (one more token does not).
-  const std::uint64_t ctx_budget = peak(least, K::int4, 1000);
-  REQUIRE(ctx_budget < peak(least, K::int4, 2048));
-  auto ctx = choose_within_budget(bundled(), o, ctx_budget);
+  // Below every KV type at 2048 tokens, the lm_head fixed as stored (at 512 the load's peak,
+  // not the context, is the plan's peak): the context shrinks, to the longest that fits (one
+  // more token does not).
+  PlanOptions o2048 = o;
+  o2048.context_size = 2048;
+  BudgetFreedom head_fixed;
+  head_fixed.lm_head = false;
+  const std::uint64_t ctx_budget = peak(F::as_stored, K::int4, 1000);
+  REQUIRE(ctx_budget < peak(F::as_stored, K::int4, 2048));
+  auto ctx = choose_within_budget(bundled(), o2048, ctx_budget, head_fixed);
   REQUIRE(ctx);
-  CHECK(ctx->options.load.lm_head == least);
+  CHECK(ctx->options.load.lm_head == F::as_stored);
   CHECK(ctx->options.kv_type == K::int4);
   const std::size_t got = ctx->options.context_size;
   CHECK(got >= 1000);
   CHECK(got < 2048);
   CHECK(ctx->plan.peak_bytes() <= ctx_budget);
-  CHECK(peak(least, K::int4, got + 1) > ctx_budget);
+  CHECK(peak(F::as_stored, K::int4, got + 1) > ctx_budget);
   CHECK_THAT(ctx->note, Catch::Contains("context 2048 -> " + std::to_string(got) + " tokens"));
 
   // What the caller fixed stays: with the lm_head fixed, the KV cache narrows instead.
@@ -421,9 +437,9 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   CHECK(kept->options.kv_type != K::f32);
   CHECK(kept->plan.peak_bytes() <= lm_budget);
   // The context never below min_context: refused with the smallest plan and the budget.
-  BudgetFreedom long_context;
+  BudgetFreedom long_context = head_fixed;
   long_context.min_context = 1500;
-  auto refused = choose_within_budget(bundled(), o, ctx_budget, long_context);
+  auto refused = choose_within_budget(bundled(), o2048, ctx_budget, long_context);
   REQUIRE_FALSE(refused);
   CHECK(refused.error().code == errc::out_of_memory);
   CHECK_THAT(refused.error().message, Catch::Contains("nothing fits the budget of") &&

@@ -179,7 +179,8 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                           a.lm_head)
           .on_set([&a] { a.lm_head_given = true; }),
       flag::parsed({"--memory-budget"}, "B",
-                   "BYTES, NN[KMG]iB or NN% of MemAvailable: before loading, choose what\n"
+                   "BYTES, NN[KMG]iB, NN% of MemAvailable, or phone (3.8 GiB, or 90 % of\n"
+                   "MemAvailable when less): before loading, choose what\n"
                    "no flag fixed so that the plan fits (edgellm-plan --choose: the\n"
                    "lm_head, then the KV type, then the context); says what it chose, or\n"
                    "refuses with the plan when nothing fits (CPU backend)",

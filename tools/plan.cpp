@@ -12,8 +12,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,20 +42,25 @@ constexpr const char* kTail =
 int usage_error(const std::string& msg) { return cli::usage_error(kProg, msg); }
 
 struct Measured {
-  std::uint64_t baseline_rss = 0, peak_rss = 0, load_peak_rss = 0;
+  // VmRSS before loading and right after it, VmHWM after loading and after filling the contexts
+  std::uint64_t baseline_rss = 0, loaded_rss = 0, peak_rss = 0, load_peak_rss = 0;
   std::uint64_t weights_owned = 0, session_bytes = 0;
   std::size_t context = 0;
+  std::size_t decoded = 0;           // tokens decoded one at a time after the prefill
+  double decode_tokens_per_s = 0.0;  // their rate (the last session's)
 };
 
 // Loads, creates the sessions and fills each context with synthetic tokens (chunks of
-// max_batch; one row of logits), as the plan assumes.
+// max_batch; one row of logits), as the plan assumes: all but the last `decode` of them as one
+// prefill, those one at a time (each the argmax of the logits before), as a generation does.
 result<Measured> measure(const std::string& dir, const EngineOptions& eo, const SessionOptions& so,
-                         std::size_t sessions) {
+                         std::size_t sessions, std::size_t decode) {
   Measured m;
   m.baseline_rss = edgellm::io::current_rss_bytes();
   auto engine = Engine::load(dir, eo);
   if (!engine) return engine.error();
   m.load_peak_rss = edgellm::io::peak_rss_bytes();
+  m.loaded_rss = edgellm::io::current_rss_bytes();
   m.weights_owned = (*engine)->weights()->owned_bytes();
   const std::size_t V = (*engine)->config().vocab_size;
   // A Transformer per session as Session::create builds it, driven with token ids (no
@@ -78,7 +85,20 @@ result<Measured> measure(const std::string& dir, const EngineOptions& eo, const 
       for (std::size_t i = 0; i < ids.size(); ++i)
         ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
       logits.emplace_back(V);
-      if (auto st = t->forward(ids, decode::LogitsMode::last, logits.back()); !st) return st;
+      const std::size_t steps = std::min(decode, ids.size() - 1);
+      const std::span<const std::int32_t> prompt(ids.data(), ids.size() - steps);
+      if (auto st = t->forward(prompt, decode::LogitsMode::last, logits.back()); !st) return st;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (std::size_t i = 0; i < steps; ++i) {
+        const auto next = static_cast<std::int32_t>(
+            std::max_element(logits.back().begin(), logits.back().end()) - logits.back().begin());
+        if (auto st = t->forward(std::span(&next, 1), decode::LogitsMode::last, logits.back()); !st)
+          return st;
+      }
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      m.decoded = steps;
+      m.decode_tokens_per_s = steps > 0 && seconds > 0 ? static_cast<double>(steps) / seconds : 0;
       m.session_bytes = t->bytes();
       m.context = t->context_size();
       models.push_back(std::move(*t));
@@ -112,6 +132,7 @@ int main(int argc, char** argv) {
   SessionOptions so;
   std::size_t sessions = 1, k = 5;
   bool shrink = false, do_measure = false, exact = false, choose = false;
+  std::size_t decode_tokens = 0;
   BudgetFreedom freedom;  // --choose: what the flags left open
   std::optional<MemoryBudget> budget;
   using cli::flag;
@@ -155,13 +176,14 @@ int main(int argc, char** argv) {
                     eo.load_tokenizer, false),
       flag::string({"--draft"}, "DIR", "a draft model for speculative decoding", draft),
       flag::number<std::size_t>({"-k"}, "N", "tokens drafted per step with --draft", k, 1, 32),
-      flag::parsed({"--budget"}, "B", "BYTES, NN[KMG]iB, or NN% of MemAvailable (/proc/meminfo)",
+      flag::parsed({"--budget"}, "B", "BYTES, NN[KMG]iB, NN% of MemAvailable (/proc/meminfo) or phone\n"
+                   "(3.8 GiB, or 90 % of MemAvailable when less)",
                    budget, parse_budget),
       flag::boolean({"--shrink-context-to-fit"},
                     "with --budget: the largest context that fits instead of a refusal", shrink),
       flag::boolean({"--choose"},
                     "with --budget: choose what the flags leave open so that it fits: the\n"
-                    "lm_head (int8, f16, int4), then the KV type (f16, int8), then the\n"
+                    "lm_head (int8, f16, int4), then the KV type (f16, int8, int4), then the\n"
                     "context (the longest that fits, at least 256); says what and why",
                     choose),
       flag::string({"--meminfo"}, "FILE", "read the available memory from FILE", meminfo),
@@ -169,6 +191,11 @@ int main(int argc, char** argv) {
                     "then load, create the sessions, fill every context and add the\n"
                     "measured bytes (VmRSS before loading, VmHWM after) to the output",
                     do_measure),
+      flag::number<std::size_t>({"--decode"}, "N",
+                                "with --measure: the last N tokens of each context decoded one\n"
+                                "at a time after the prefill, as a generation does, and their\n"
+                                "rate measured (decode_tokens_per_s)",
+                                decode_tokens, 0, std::size_t{1} << 24),
       flag::choice({"--format"}, "one JSON object or one line of text", format,
                    {{"json", "json"}, {"text", "text"}}),
   };
@@ -181,6 +208,7 @@ int main(int argc, char** argv) {
   if (choose && shrink) return usage_error("--choose shrinks the context itself; drop --shrink-context-to-fit");
   if (budget) budget->meminfo_path = meminfo;
   if (exact && do_measure) return usage_error("--measure runs the fast path; drop --exact");
+  if (decode_tokens > 0 && !do_measure) return usage_error("--decode needs --measure");
   so.speculative.k = k;
 
   PlanOptions po = plan_options(eo, so, sessions);
@@ -226,7 +254,7 @@ int main(int argc, char** argv) {
     if (!draft.empty()) {
       std::fprintf(stderr, "edgellm-plan: --measure does not load --draft; measuring without it\n");
     }
-    auto m = measure(dir, eo, mso, sessions);
+    auto m = measure(dir, eo, mso, sessions, decode_tokens);
     if (!m) {
       std::fprintf(stderr, "edgellm-plan: %s\n", m.error().message.c_str());
       return 1;
@@ -240,8 +268,10 @@ int main(int argc, char** argv) {
     std::printf("%s: %s\n", dir.c_str(), plan_summary(p).c_str());
     if (budget) std::printf("%s\n", decision.fits ? (decision.shrunk ? decision.message.c_str() : "fits the budget") : decision.message.c_str());
     if (measured) {
-      std::printf("measured: peak RSS %s (baseline %s before loading), session %s\n",
+      std::printf("measured: peak RSS %s (baseline %s before loading; %s loaded, %s at the "
+                  "loading peak), session %s\n",
                   mib(measured->peak_rss).c_str(), mib(measured->baseline_rss).c_str(),
+                  mib(measured->loaded_rss).c_str(), mib(measured->load_peak_rss).c_str(),
                   mib(measured->session_bytes).c_str());
     }
     return decision.fits ? 0 : 1;
@@ -283,10 +313,13 @@ int main(int argc, char** argv) {
   }
   if (measured) {
     o += fmt::format(
-        ",\"measured\":{{\"context_size\":{},\"baseline_rss_bytes\":{},\"load_peak_rss_bytes\":{},"
-        "\"peak_rss_bytes\":{},\"weights_owned_bytes\":{},\"session_model_bytes\":{}}}",
-        measured->context, measured->baseline_rss, measured->load_peak_rss, measured->peak_rss,
-        measured->weights_owned, measured->session_bytes);
+        ",\"measured\":{{\"context_size\":{},\"baseline_rss_bytes\":{},\"loaded_rss_bytes\":{},"
+        "\"load_peak_rss_bytes\":{},\"peak_rss_bytes\":{},\"weights_owned_bytes\":{},"
+        "\"session_model_bytes\":{},\"decoded_tokens\":{},\"decode_tokens_per_s\":{:.3f}}}",
+        measured->context, measured->baseline_rss, measured->loaded_rss, measured->load_peak_rss,
+        measured->peak_rss,
+        measured->weights_owned, measured->session_bytes, measured->decoded,
+        measured->decode_tokens_per_s);
   }
   o += "}";
   std::printf("%s\n", o.c_str());

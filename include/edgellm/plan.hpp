@@ -45,21 +45,30 @@
 
 namespace edgellm {
 
-/// A memory budget: a number of bytes, or a fraction of the memory the device has available
-/// when it is checked (MemAvailable of /proc/meminfo). Neither set: no budget.
+/// A memory budget: a number of bytes, a fraction of the memory the device has available when
+/// it is checked (MemAvailable of /proc/meminfo), or both (the smaller). Neither set: no budget.
 struct MemoryBudget {
-  std::uint64_t bytes = 0;          ///< > 0: this many bytes
-  double available_fraction = 0.0;  ///< in (0, 1], used when bytes == 0
+  std::uint64_t bytes = 0;          ///< > 0: at most this many bytes
+  double available_fraction = 0.0;  ///< in (0, 1]: at most this fraction of MemAvailable
   std::string meminfo_path = "/proc/meminfo";  ///< where the available memory is read
 
   bool enabled() const noexcept { return bytes > 0 || available_fraction > 0.0; }
+
+  /// The on-device default ("phone" on the command lines): 3.8 GiB, what Android leaves one app
+  /// of a 6 GB device before its low-memory killer ends it (the mission's Qwen2-7B target), or
+  /// 90 % of the memory available now when that is less.
+  static MemoryBudget phone() {
+    MemoryBudget b;
+    b.bytes = std::uint64_t{38} * (std::uint64_t{1} << 30) / 10;
+    b.available_fraction = 0.9;
+    return b;
+  }
 };
 
 /// The budget in bytes (0 when none is set). Errors: a fraction outside (0, 1], an unreadable
 /// meminfo file.
 inline result<std::uint64_t> resolve_budget(const MemoryBudget& b) {
-  if (b.bytes > 0) return b.bytes;
-  if (b.available_fraction == 0.0) return std::uint64_t{0};
+  if (b.available_fraction == 0.0) return b.bytes;
   if (!(b.available_fraction > 0.0 && b.available_fraction <= 1.0)) {
     return make_error(errc::invalid_argument, "resolve_budget",
                       "available_fraction: " + std::to_string(b.available_fraction) +
@@ -67,16 +76,20 @@ inline result<std::uint64_t> resolve_budget(const MemoryBudget& b) {
   }
   auto m = io::read_meminfo(b.meminfo_path);
   if (!m) return m.error();
-  return static_cast<std::uint64_t>(static_cast<double>(m->available) * b.available_fraction);
+  const auto share =
+      static_cast<std::uint64_t>(static_cast<double>(m->available) * b.available_fraction);
+  return b.bytes > 0 ? std::min(b.bytes, share) : share;
 }
 
 /// Parses a budget as a command line gives it: "BYTES", "NNKiB|MiB|GiB" (also K, M, G: powers
-/// of 1024) or "NN%" (of the available memory). Errors name the text.
+/// of 1024), "NN%" (of the available memory) or "phone" (MemoryBudget::phone()). Errors name
+/// the text.
 inline result<MemoryBudget> parse_budget(std::string_view s) {
   const auto bad = [&] {
     return make_error(errc::invalid_argument, "parse_budget",
-                      "budget '" + std::string(s) + "': expected BYTES, NN[KMG]iB or NN%");
+                      "budget '" + std::string(s) + "': expected BYTES, NN[KMG]iB, NN% or phone");
   };
+  if (s == "phone") return MemoryBudget::phone();
   std::size_t digits = 0;
   double value = 0.0;
   bool dot = false;
@@ -293,12 +306,23 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   // Owned int4 matrices, for the arena they are gathered into (model::detail::
   // gather_int4_matrices): their padded total, count and largest.
   std::uint64_t int4_owned = 0, int4_largest = 0, int4_count = 0;
-  // An int4 matrix [n][k]: from the packed cache, or converted (source pages + unpacked codes +
-  // the packed copy at once), the source released afterwards unless `keep_source`.
+  // A dense tensor [n][k] of `source` bytes converted a block of rows at a time
+  // (model::conversion_block_rows): the source pages of one block resident at once (two
+  // partial pages at its ends), the rest released.
+  const auto source_block = [&](std::uint64_t source, std::size_t n) -> std::uint64_t {
+    if (!load.release_source_pages) return source;
+    const std::uint64_t row = source / n;
+    const std::uint64_t rows = std::min<std::uint64_t>(n, model::conversion_block_rows(row));
+    return std::min(source, rows * row + 2 * io::page_size());
+  };
+  // An int4 matrix [n][k]: from the packed cache, or converted: an AWQ import holds its source
+  // pages, the unpacked codes and the packed copy at once; a dense tensor quantised by RTN
+  // (`dense`) one block of source and codes beside the packed copy. The source is released
+  // afterwards (release_source_pages).
   const auto int4 = [&](const std::string& name, std::uint64_t source, std::size_t n,
-                        std::size_t k, std::size_t g, bool keep_source) {
+                        std::size_t k, std::size_t g, bool dense) {
     const std::uint64_t p = kernels::q4_matrix_bytes(n, k, g);
-    if (!packed || copy) {
+    if ((!packed || copy) && name != "lm_head") {  // the lm_head stays out of the arena
       int4_owned += kernels::q4_arena_padded(p);
       int4_largest = std::max(int4_largest, p);
       ++int4_count;
@@ -313,9 +337,14 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
       }
       return;
     }
-    walk.step(source + kernels::UnpackedQ4::bytes_for(n, k, g) + p, name);
+    if (dense) {
+      const std::size_t rows = std::min(n, model::conversion_block_rows(source / n));
+      walk.step(source_block(source, n) + kernels::UnpackedQ4::bytes_for(rows, k, g) + p, name);
+    } else {
+      walk.step(source + kernels::UnpackedQ4::bytes_for(n, k, g) + p, name);
+    }
     owned(p);
-    if (keep_source || !load.release_source_pages) mapped(source);
+    if (!load.release_source_pages) mapped(source);
   };
 
   {
@@ -381,7 +410,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
         } else if (c.awq) {
           view(*t, true);  // modules_to_not_convert: dense, as stored
         } else {
-          int4(name, source, s.n, s.k, rtn, false);
+          int4(name, source, s.n, s.k, rtn, true);
         }
       }
       if (s.bias) owned(s.n * sizeof(float));
@@ -401,22 +430,25 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
                             std::to_string(H));
     }
   }
-  // A tied as-stored lm_head, or a tied q4 one (its source pages are kept), is the embedding.
+  // A tied as-stored lm_head is the embedding, read whole by every token; a converted one
+  // releases the pages it read, unless release_source_pages is off.
   const bool head_copy = head_group == 0 && load.packed_cache_copy && !load.packed_cache.empty() && !ref;
+  const bool head_converted = head_group != 0 && (head_int8 || !packed);
   if (c.tie_word_embeddings)
-    w.embedding_resident =
-        w.embedding_resident || (head_group == 0 ? !head_copy : head_int8 || !packed);
+    w.embedding_resident = w.embedding_resident ||
+                           (head_group == 0 ? !head_copy
+                                            : head_converted && !load.release_source_pages);
   if (head_group != 0 && head_int8) {
-    // Quantised from the mapped tensor at every load (never from the packed cache); the
-    // source pages stay mapped.
+    // Quantised from the mapped tensor at every load (never from the packed cache), a block of
+    // rows at a time.
     w.lm_head = "int8";
     const std::uint64_t q = kernels::q8_matrix_bytes(V, H, head_group);
-    walk.step(head->bytes.size() + q, "lm_head");
+    walk.step(source_block(head->bytes.size(), V) + q, "lm_head");
     owned(q);
-    if (!c.tie_word_embeddings) mapped(head->bytes.size());
+    if (!load.release_source_pages) mapped(head->bytes.size());
   } else if (head_group != 0) {
     w.lm_head = "q4";
-    int4("lm_head", head->bytes.size(), V, H, head_group, c.tie_word_embeddings);
+    int4("lm_head", head->bytes.size(), V, H, head_group, true);
   } else if (head_copy) {
     walk.step(2 * head->bytes.size(), head_name);  // the copy while its source is resident
     owned(head->bytes.size());

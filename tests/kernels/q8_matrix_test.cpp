@@ -54,6 +54,13 @@ TEST_CASE("quantize_q8 from a dense fp16 matrix equals the fp32 quantiser", "[ke
   REQUIRE(b);
   REQUIRE(std::memcmp(a->codes(0), b->codes(0), n * k) == 0);
   REQUIRE(std::memcmp(a->scales(0), b->scales(0), n * 2 * 4) == 0);
+  // In blocks of rows, with a call after each: the same matrix.
+  std::vector<std::size_t> done;
+  auto c = quantize_q8(*d, 128, 2, [&](std::size_t r) { done.push_back(r); });
+  REQUIRE(c);
+  REQUIRE(std::memcmp(a->codes(0), c->codes(0), n * k) == 0);
+  REQUIRE(std::memcmp(a->scales(0), c->scales(0), n * 2 * 4) == 0);
+  CHECK(done == std::vector<std::size_t>{2, 4, 5});
 }
 
 TEST_CASE("quantize_q8 rejects bad input with a named error", "[kernels][q8]") {

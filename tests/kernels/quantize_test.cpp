@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "support/test_util.hpp"
@@ -128,6 +129,49 @@ TEST_CASE("pack_q4 rejects inconsistent input", "[kernels][quantize]") {
   auto r2 = pack_q4(w);
   REQUIRE_FALSE(r2);
   REQUIRE_THAT(r2.error().message, Catch::Contains("code > 15"));
+}
+
+TEST_CASE("quantize_rtn_packed equals pack_q4(quantize_rtn) for every block size",
+          "[kernels][quantize]") {
+  auto rng = test::make_rng(7);
+  const std::size_t n = 77, k = 256;  // 77 rows: a partial last tile
+  auto w = test::random_floats(rng, n * k);
+  std::vector<std::uint16_t> h(n * k);
+  for (std::size_t i = 0; i < w.size(); ++i) h[i] = f32_to_f16(w[i]);
+  const std::size_t G = GENERATE(32, 128);
+  auto ref = quantize_rtn_f16(h, n, k, G);
+  REQUIRE(ref);
+  auto want = pack_q4(*ref);
+  REQUIRE(want);
+  auto d = DenseMatrix::view(DenseType::f16, n, k, std::as_bytes(std::span(h)), "w");
+  REQUIRE(d);
+  for (const std::size_t block : {std::size_t{1}, std::size_t{16}, std::size_t{33},
+                                  std::size_t{64}, n, std::size_t{1000}}) {
+    std::vector<std::size_t> done;
+    auto got = quantize_rtn_packed(*d, G, block, [&](std::size_t r) { done.push_back(r); });
+    REQUIRE(got);
+    REQUIRE(got->byte_size() == want->byte_size());
+    CHECK(std::memcmp(got->data(), want->data(), want->byte_size()) == 0);
+    // rows_done: increasing, whole tiles of at least `block` rows, ending at n
+    const std::size_t step = std::min(n, std::max<std::size_t>(16, (block + 15) / 16 * 16));
+    REQUIRE(!done.empty());
+    CHECK(done.back() == n);
+    for (std::size_t i = 0; i < done.size(); ++i)
+      CHECK(done[i] == std::min(n, (i + 1) * step));
+  }
+}
+
+TEST_CASE("quantize_rtn_packed names the first non-finite value", "[kernels][quantize]") {
+  const std::size_t n = 40, k = 128;
+  std::vector<float> w(n * k, 0.5f);
+  w[33 * k + 9] = std::numeric_limits<float>::infinity();
+  auto d = DenseMatrix::view(DenseType::f32, n, k, std::as_bytes(std::span(w)), "w");
+  REQUIRE(d);
+  std::size_t last = 0;
+  auto q = quantize_rtn_packed(*d, 128, 16, [&](std::size_t r) { last = r; });
+  REQUIRE(!q);
+  CHECK(q.error().message.find("row 33, column 9") != std::string::npos);
+  CHECK(last == 32);  // the two blocks before the bad row were done
 }
 
 }  // namespace test_kernels_quantize

@@ -128,9 +128,10 @@ inline bool quantize_q8_row(Q8Matrix& m, std::size_t r, const float* v,
   return true;
 }
 
-template <class RowFn>
+template <class RowFn, class RowsDone>
 result<Q8Matrix> quantize_q8_impl(RowFn row, std::size_t n, std::size_t k,
-                                  std::size_t group_size, std::string_view what) {
+                                  std::size_t group_size, std::string_view what,
+                                  std::size_t block_rows, RowsDone rows_done) {
   auto m = Q8Matrix::allocate(n, k, group_size);
   if (!m) return m.error();
   std::vector<float> buf;
@@ -144,6 +145,7 @@ result<Q8Matrix> quantize_q8_impl(RowFn row, std::size_t n, std::size_t k,
                         std::string(what) + ": non-finite value at row " + std::to_string(r) +
                             ", column " + std::to_string(bad));
     }
+    if ((r + 1) % block_rows == 0 || r + 1 == n) rows_done(r + 1);
   }
   return m;
 }
@@ -162,15 +164,23 @@ inline result<Q8Matrix> quantize_q8(std::span<const float> w, std::size_t n, std
                           std::to_string(n * k));
   }
   return detail::quantize_q8_impl(
-      [&](std::size_t r, float*) { return w.data() + r * k; }, n, k, group_size, "w");
+      [&](std::size_t r, float*) { return w.data() + r * k; }, n, k, group_size, "w", n,
+      [](std::size_t) {});
 }
 
 /// As above, from a dense fp32 / fp16 / bf16 matrix (e.g. a checkpoint's lm_head in place).
-inline result<Q8Matrix> quantize_q8(const DenseMatrix& w, std::size_t group_size = 128) {
+/// `rows_done(r)` is called after every `block_rows` rows and at the end, rows [0, r) done (a
+/// loader releases their source pages there).
+template <class RowsDone>
+result<Q8Matrix> quantize_q8(const DenseMatrix& w, std::size_t group_size,
+                             std::size_t block_rows, RowsDone rows_done) {
   if (w.empty()) return make_error(errc::invalid_argument, "quantize_q8", "w: empty matrix");
   return detail::quantize_q8_impl(
       [&](std::size_t r, float* buf) { return w.row_chunk(r, 0, w.k(), buf); }, w.n(), w.k(),
-      group_size, "w");
+      group_size, "w", std::max<std::size_t>(1, block_rows), rows_done);
+}
+inline result<Q8Matrix> quantize_q8(const DenseMatrix& w, std::size_t group_size = 128) {
+  return quantize_q8(w, group_size, w.n(), [](std::size_t) {});
 }
 
 }  // namespace edgellm::kernels

@@ -6,11 +6,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/kernels/dense_matrix.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
 #include "edgellm/result.hpp"
@@ -80,6 +83,42 @@ struct ReadBF16 {
   float operator()(std::size_t i) const noexcept { return bf16_to_f32(p[i]); }
 };
 
+/// One row v[k] quantised per group of G: codes q[k], zero points and fp16 scales [k / G]
+/// (see quantize_rtn). Returns k, or the column of the first non-finite value.
+inline std::size_t quantize_rtn_row(const float* v, std::size_t k, std::size_t G,
+                                    std::uint8_t* q, std::uint8_t* zero,
+                                    std::uint16_t* scale) noexcept {
+  for (std::size_t g = 0; g < k / G; ++g) {
+    const float* vg = v + g * G;
+    float lo = vg[0], hi = lo;
+    for (std::size_t i = 0; i < G; ++i) {
+      if (!std::isfinite(vg[i])) return g * G + i;
+      lo = std::min(lo, vg[i]);
+      hi = std::max(hi, vg[i]);
+    }
+    // AutoAWQ's pseudo_quantize_tensor, with two changes: the range is widened to include
+    // 0 (the grid (q - z) * s with z in [0, 15] always contains 0, so a group that does not
+    // straddle 0, e.g. a constant one, would otherwise be clamped to garbage), and the scale
+    // is rounded to its stored fp16 before the codes are chosen against it.
+    lo = std::min(lo, 0.0f);
+    hi = std::max(hi, 0.0f);
+    const std::uint16_t s16 = f32_to_f16(std::max(hi - lo, 1e-5f) / 15.0f);
+    const float s = f16_to_f32(s16);
+    const float z = std::clamp(-std::nearbyint(lo / s), 0.0f, 15.0f);
+    scale[g] = s16;
+    zero[g] = static_cast<std::uint8_t>(z);
+    for (std::size_t i = 0; i < G; ++i)
+      q[g * G + i] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(vg[i] / s) + z, 0.0f, 15.0f));
+  }
+  return k;
+}
+
+inline status non_finite_error(std::size_t row, std::size_t col) {
+  return make_error(errc::invalid_argument, "quantize_rtn",
+                    "w: non-finite value at row " + std::to_string(row) + ", column " +
+                        std::to_string(col));
+}
+
 template <class Read>
 result<UnpackedQ4> quantize_rtn_impl(Read read, std::size_t size, std::size_t n, std::size_t k,
                                      std::size_t group_size) {
@@ -94,38 +133,44 @@ result<UnpackedQ4> quantize_rtn_impl(Read read, std::size_t size, std::size_t n,
   out.group_size = group_size;
   const std::size_t ng = k / group_size;
   if (auto st = allocate_unpacked(out, "quantize_rtn", "w"); !st) return st.error();
+  std::vector<float> row;
+  if (auto st = edgellm::detail::try_resize(row, k, "quantize_rtn", "w (one row)"); !st)
+    return st.error();
   for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t c = 0; c < k; ++c) row[c] = read(r * k + c);
+    const std::size_t bad = quantize_rtn_row(row.data(), k, group_size, &out.q[r * k],
+                                             &out.zero[r * ng], &out.scale[r * ng]);
+    if (bad != k) return non_finite_error(r, bad).error();
+  }
+  return out;
+}
+
+/// Packs rows [0, rows) of the plain arrays (codes q[rows][k], zeros and scales [rows][k / G])
+/// into m's rows row0.. (row0 a multiple of 16: whole tiles). Rows of m's last tile past n stay
+/// as they are (zero when m was just allocated).
+inline void pack_q4_rows(const std::uint8_t* q, const std::uint8_t* zero,
+                         const std::uint16_t* scale, std::size_t rows, std::size_t row0,
+                         Q4Matrix& m) noexcept {
+  const std::size_t ng = m.n_groups(), G = m.group_size(), tb = m.tile_bytes(), k = m.k();
+  std::byte* base = m.mutable_data();
+  for (std::size_t t = row0 / 16; t < (row0 + rows + 15) / 16; ++t) {
     for (std::size_t g = 0; g < ng; ++g) {
-      const std::size_t base = r * k + g * group_size;
-      float lo = read(base), hi = lo;
-      for (std::size_t i = 0; i < group_size; ++i) {
-        const float v = read(base + i);
-        if (!std::isfinite(v)) {
-          return make_error(errc::invalid_argument, "quantize_rtn",
-                            "w: non-finite value at row " + std::to_string(r) + ", column " +
-                                std::to_string(g * group_size + i));
+      std::byte* tp = base + (t * ng + g) * tb;
+      for (std::size_t r = 0; r < 16; ++r) {
+        const std::size_t row = t * 16 + r - row0;
+        if (row >= rows) break;  // padding rows stay all zero
+        std::memcpy(tp + 2 * r, &scale[row * ng + g], 2);
+        tp[32 + r] = static_cast<std::byte>(zero[row * ng + g]);
+        const std::uint8_t* qr = &q[row * k + g * G];
+        for (std::size_t b = 0; b < G / 8; ++b) {
+          for (std::size_t j = 0; j < 4; ++j) {
+            const auto lo = qr[8 * b + j], hi = qr[8 * b + 4 + j];
+            tp[64 + b * 64 + 4 * r + j] = static_cast<std::byte>(lo | (hi << 4));
+          }
         }
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-      // AutoAWQ's pseudo_quantize_tensor, with two changes: the range is widened to include
-      // 0 (the grid (q - z) * s with z in [0, 15] always contains 0, so a group that does not
-      // straddle 0, e.g. a constant one, would otherwise be clamped to garbage), and the scale
-      // is rounded to its stored fp16 before the codes are chosen against it.
-      lo = std::min(lo, 0.0f);
-      hi = std::max(hi, 0.0f);
-      const std::uint16_t s16 = f32_to_f16(std::max(hi - lo, 1e-5f) / 15.0f);
-      const float s = f16_to_f32(s16);
-      const float z = std::clamp(-std::nearbyint(lo / s), 0.0f, 15.0f);
-      out.scale[r * ng + g] = s16;
-      out.zero[r * ng + g] = static_cast<std::uint8_t>(z);
-      for (std::size_t i = 0; i < group_size; ++i) {
-        const float qv = std::clamp(std::nearbyint(read(base + i) / s) + z, 0.0f, 15.0f);
-        out.q[base + i] = static_cast<std::uint8_t>(qv);
       }
     }
   }
-  return out;
 }
 }  // namespace detail
 
@@ -172,25 +217,43 @@ inline result<Q4Matrix> pack_q4(const UnpackedQ4& w) {
   if (auto st = validate(w, "pack_q4"); !st) return st.error();
   auto m = Q4Matrix::allocate(w.n, w.k, w.group_size);
   if (!m) return m.error();
-  const std::size_t ng = w.n_groups(), G = w.group_size, tb = m->tile_bytes();
-  std::byte* base = m->mutable_data();
-  for (std::size_t t = 0; t < m->n_tiles(); ++t) {
-    for (std::size_t g = 0; g < ng; ++g) {
-      std::byte* tp = base + (t * ng + g) * tb;
-      for (std::size_t r = 0; r < 16; ++r) {
-        const std::size_t row = t * 16 + r;
-        if (row >= w.n) break;  // padding rows stay all zero
-        std::memcpy(tp + 2 * r, &w.scale[row * ng + g], 2);
-        tp[32 + r] = static_cast<std::byte>(w.zero[row * ng + g]);
-        const std::uint8_t* qr = &w.q[row * w.k + g * G];
-        for (std::size_t b = 0; b < G / 8; ++b) {
-          for (std::size_t j = 0; j < 4; ++j) {
-            const auto lo = qr[8 * b + j], hi = qr[8 * b + 4 + j];
-            tp[64 + b * 64 + 4 * r + j] = static_cast<std::byte>(lo | (hi << 4));
-          }
-        }
-      }
+  detail::pack_q4_rows(w.q.data(), w.zero.data(), w.scale.data(), w.n, 0, *m);
+  return m;
+}
+
+/// quantize_rtn and pack_q4 in one pass over a dense fp32 / fp16 / bf16 matrix, a block of
+/// `block_rows` rows (rounded up to whole 16-row tiles) at a time: the same Q4Matrix, bit for
+/// bit, with one block's codes unpacked at once instead of the whole matrix's.
+/// `rows_done(r)` is called after rows [0, r) are packed (a loader releases their source pages
+/// there, so converting a mapped tensor never holds more of it than one block).
+template <class RowsDone>
+result<Q4Matrix> quantize_rtn_packed(const DenseMatrix& w, std::size_t group_size,
+                                     std::size_t block_rows, RowsDone rows_done) {
+  constexpr std::string_view where = "quantize_rtn";
+  const std::size_t n = w.n(), k = w.k();
+  if (w.empty()) return make_error(errc::invalid_argument, where, "w: empty matrix");
+  if (auto st = Q4Matrix::check_dims(n, k, group_size, where); !st) return st.error();
+  auto m = Q4Matrix::allocate(n, k, group_size);
+  if (!m) return m.error();
+  const std::size_t rows = std::min(n, std::max<std::size_t>(16, (block_rows + 15) / 16 * 16));
+  UnpackedQ4 block;
+  block.n = rows;
+  block.k = k;
+  block.group_size = group_size;
+  if (auto st = allocate_unpacked(block, where, "w (one block of rows)"); !st) return st.error();
+  std::vector<float> buf;
+  if (auto st = edgellm::detail::try_resize(buf, k, where, "w (one row)"); !st) return st.error();
+  const std::size_t ng = k / group_size;
+  for (std::size_t r0 = 0; r0 < n; r0 += rows) {
+    const std::size_t count = std::min(rows, n - r0);
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t bad =
+          detail::quantize_rtn_row(w.row_chunk(r0 + i, 0, k, buf.data()), k, group_size,
+                                   &block.q[i * k], &block.zero[i * ng], &block.scale[i * ng]);
+      if (bad != k) return detail::non_finite_error(r0 + i, bad).error();
     }
+    detail::pack_q4_rows(block.q.data(), block.zero.data(), block.scale.data(), count, r0, *m);
+    rows_done(r0 + count);
   }
   return m;
 }

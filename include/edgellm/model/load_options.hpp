@@ -55,7 +55,8 @@ struct LoadOptions {
   /// then stream them faster where a file mapping's 4 KiB pages cost TLB misses (measured in
   /// docs/performance.md, "Loading").
   bool packed_cache_copy = false;
-  /// Owned int4 matrices (converted at load, or copied from a packed cache) that total at least
+  /// Owned int4 decoder matrices (converted at load, or copied from a packed cache; an int4
+  /// lm_head keeps its own allocation) that total at least
   /// this many bytes are moved into one allocation, in the order a decode step reads them
   /// (TransformerWeights::int4_arena): on 2 MiB pages as a whole, where a small model's
   /// separately allocated 0.3-6 MB matrices mostly are not (docs/performance.md, "Decode at the
@@ -70,5 +71,14 @@ struct LoadOptions {
   /// nothing; cli/common.hpp draws it. Not kept in TransformerWeights::options.
   std::function<void(std::string_view stage, std::uint64_t done, std::uint64_t total)> progress{};
 };
+
+/// Rows of a dense tensor with `row_bytes` per row that load_weights() converts (RTN int4,
+/// int8) between two releases of its source pages: 16 MiB of source, in whole 16-row tiles. A
+/// conversion then holds one block of the mapped tensor (and of int4 codes before packing).
+constexpr std::size_t conversion_block_rows(std::size_t row_bytes) noexcept {
+  constexpr std::size_t kBlockBytes = std::size_t{16} << 20;
+  const std::size_t rows = kBlockBytes / (row_bytes ? row_bytes : 1) / 16 * 16;
+  return rows < 16 ? 16 : rows;
+}
 
 }  // namespace edgellm::model

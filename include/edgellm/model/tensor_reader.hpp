@@ -164,6 +164,17 @@ class TensorReader {
     if (opts_.release_source_pages) released_ += io::release_mapped_pages(bytes);
   }
 
+  /// Releases bytes[0, end) as a conversion reads a tensor front to back, `cursor` the end of
+  /// the previous call (0 at first): each call drops what is new, the page the previous end
+  /// fell in included (only partly read then), so a whole tensor is released by the last call.
+  void release_through(std::span<const std::byte> bytes, std::size_t& cursor, std::size_t end) {
+    const std::size_t page = io::page_size();
+    const auto base = reinterpret_cast<std::uintptr_t>(bytes.data());
+    const std::uintptr_t from = std::max(base, (base + cursor) / page * page);
+    release(std::span<const std::byte>(bytes.data() + (from - base), base + end - from));
+    cursor = end;
+  }
+
   static constexpr std::string_view kWhere = "load_weights";
 
  protected:

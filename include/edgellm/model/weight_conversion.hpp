@@ -54,43 +54,39 @@ class WeightLoader : public TensorReader {
     return m;
   }
 
-  /// A dense weight [n][k] RTN-quantised to int4 with `group` and packed.
+  /// A dense weight [n][k] RTN-quantised to int4 with `group` and packed, a block of rows at a
+  /// time, each block's source pages released once it is packed (release_source_pages): the
+  /// conversion holds one block of the mapped tensor and of unpacked codes, not the whole.
   result<kernels::Q4Matrix> dense_q4(const std::string& name, std::size_t n, std::size_t k,
                                      std::size_t group, std::string_view why) {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
     if (!t) return t.error();
-    result<kernels::UnpackedQ4> u = make_error(errc::unsupported, kWhere, "unreachable");
-    const std::size_t count = n * k;
-    if (t->type() == io::dtype::f32) {
-      std::vector<float> copy;
-      const float* p = reinterpret_cast<const float*>(t->bytes.data());
-      if (!t->is_aligned()) {
-        if (auto st = edgellm::detail::try_resize(copy, count, kWhere, name + " (aligned copy)");
-            !st)
-          return st.error();
-        std::memcpy(copy.data(), t->bytes.data(), count * 4);
-        p = copy.data();
-      }
-      u = kernels::quantize_rtn(std::span<const float>(p, count), n, k, group);
-    } else {
-      std::vector<std::uint16_t> copy;
-      const auto* p = reinterpret_cast<const std::uint16_t*>(t->bytes.data());
-      if (!t->is_aligned()) {
-        if (auto st = edgellm::detail::try_resize(copy, count, kWhere, name + " (aligned copy)");
-            !st)
-          return st.error();
-        std::memcpy(copy.data(), t->bytes.data(), count * 2);
-        p = copy.data();
-      }
-      const std::span<const std::uint16_t> s(p, count);
-      u = t->type() == io::dtype::f16 ? kernels::quantize_rtn_f16(s, n, k, group)
-                                      : kernels::quantize_rtn_bf16(s, n, k, group);
-    }
-    if (!u) return tensor_error(u.error().code, name, u.error().message);
-    auto packed = kernels::pack_q4(*u);
+    auto v = dense_matrix_view(*t);
+    if (!v) return v.error();
+    const std::size_t row_bytes = t->bytes.size() / n;
+    std::size_t cursor = 0;
+    auto packed = kernels::quantize_rtn_packed(
+        *v, group, conversion_block_rows(row_bytes),
+        [&](std::size_t rows) { release_through(t->bytes, cursor, rows * row_bytes); });
     if (!packed) return tensor_error(packed.error().code, name, packed.error().message);
-    release(t->bytes);
     return packed;
+  }
+
+  /// A dense weight [n][k] quantised to int8 per `group` (kernels::quantize_q8), its source
+  /// pages released a block of rows at a time as dense_q4 does.
+  result<kernels::Q8Matrix> dense_q8(const std::string& name, std::size_t n, std::size_t k,
+                                     std::size_t group, std::string_view why) {
+    auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
+    if (!t) return t.error();
+    auto v = dense_matrix_view(*t);
+    if (!v) return v.error();
+    const std::size_t row_bytes = t->bytes.size() / n;
+    std::size_t cursor = 0;
+    auto q = kernels::quantize_q8(
+        *v, group, conversion_block_rows(row_bytes),
+        [&](std::size_t rows) { release_through(t->bytes, cursor, rows * row_bytes); });
+    if (!q) return tensor_error(q.error().code, name, q.error().message);
+    return q;
   }
 
   /// A dense fp32 [n][k] matrix whose row r `row(r, out)` writes (reference mode's dequantised

@@ -92,13 +92,15 @@ inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const
 ///   modules_to_not_convert stay dense as stored. Unquantised checkpoints: RTN-quantised to int4
 ///   at load (options.rtn_group_size). With options.fp32_reference, all of them dense fp32.
 /// - embed_tokens: kept as stored (F16/BF16/F32) in the mapping; rows converted on lookup.
-/// - lm_head (embed_tokens when tie_word_embeddings): as stored, or int4 (options.lm_head).
+/// - lm_head (embed_tokens when tie_word_embeddings): as stored, or int8 / int4 (options.lm_head).
 /// - norms and biases: fp32 vectors.
 /// Tensors the config does not use are an error naming the first few (unused_tensors), unless
 /// options.allow_extra_tensors.
 /// Memory: converted tensors' mapped pages are released as loading goes (see LoadOptions), so
-/// peak resident memory is about the converted weights plus one tensor plus the as-stored
-/// embedding / lm_head pages that get touched.
+/// peak resident memory is about the converted weights plus one AWQ tensor (source and unpacked
+/// codes) or one block of a dense one (conversion_block_rows), plus the as-stored embedding /
+/// lm_head pages that get touched; a tied embedding quantised as the lm_head is released too
+/// and comes back a looked-up row at a time.
 inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     const std::string& dir, const LoadOptions& options) {
   constexpr std::string_view where = detail::WeightLoader::kWhere;
@@ -263,28 +265,19 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
                       dir + ": lm_head: no int4/int8 group size (128, 64, 32) divides "
                             "hidden_size " + std::to_string(H) + "; use LmHeadFormat::as_stored");
   }
+  // Converted heads read the mapped tensor a block of rows at a time and release the pages
+  // read (release_source_pages); a tied embedding's rows are looked up from the mapping later,
+  // so only the rows a generation touches come back.
   if (q8_head) {
-    // Quantised from the mapped tensor at every load: the packed cache holds int4 matrices
-    // only. The tensor's pages are not released (a tied embedding still needs them).
-    auto d = ld.dense_view(head_name, V, H, head_why);
-    if (!d) return d.error();
-    auto q = kernels::quantize_q8(*d, head_group);
-    if (!q) return make_error(q.error().code, where, dir + ": " + head_name + ": " + q.error().message);
+    // Quantised at every load: the packed cache holds int4 matrices only.
+    auto q = ld.dense_q8(head_name, V, H, head_group, head_why);
+    if (!q) return q.error();
     w->lm_head.q8 = std::move(*q);
   } else if (q4_head) {
-    const std::size_t g = head_group;
-    if (auto cached = ld.from_packed_cache("lm_head", V, H, g)) {
+    if (auto cached = ld.from_packed_cache("lm_head", V, H, head_group)) {
       w->lm_head.q4 = std::move(*cached);
-    } else if (c.tie_word_embeddings) {
-      // The embedding stays mapped for lookups: quantise without releasing its pages.
-      LoadOptions keep = options;
-      keep.release_source_pages = false;
-      detail::WeightLoader tied(*ckpt, c, keep, dir);
-      auto q = tied.dense_q4(head_name, V, H, g, head_why);
-      if (!q) return q.error();
-      w->lm_head.q4 = std::move(*q);
     } else {
-      auto q = ld.dense_q4(head_name, V, H, g, head_why);
+      auto q = ld.dense_q4(head_name, V, H, head_group, head_why);
       if (!q) return q.error();
       w->lm_head.q4 = std::move(*q);
     }
