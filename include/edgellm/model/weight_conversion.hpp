@@ -54,39 +54,41 @@ class WeightLoader : public TensorReader {
     return m;
   }
 
-  /// A dense weight [n][k] RTN-quantised to int4 with `group` and packed, a block of rows at a
-  /// time, each block's source pages released once it is packed (release_source_pages): the
-  /// conversion holds one block of the mapped tensor and of unpacked codes, not the whole.
+  /// A dense weight [n][k] RTN-quantised to int4 with `group` and packed (quantize_rtn_packed).
   result<kernels::Q4Matrix> dense_q4(const std::string& name, std::size_t n, std::size_t k,
                                      std::size_t group, std::string_view why) {
-    auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
-    if (!t) return t.error();
-    auto v = dense_matrix_view(*t);
-    if (!v) return v.error();
-    const std::size_t row_bytes = t->bytes.size() / n;
-    std::size_t cursor = 0;
-    auto packed = kernels::quantize_rtn_packed(
-        *v, group, conversion_block_rows(row_bytes),
-        [&](std::size_t rows) { release_through(t->bytes, cursor, rows * row_bytes); });
-    if (!packed) return tensor_error(packed.error().code, name, packed.error().message);
-    return packed;
+    return converted<kernels::Q4Matrix>(name, n, k, why,
+                                        [&](const DenseMatrix& v, std::size_t rows, auto done) {
+      return kernels::quantize_rtn_packed(v, group, rows, done);
+    });
   }
 
-  /// A dense weight [n][k] quantised to int8 per `group` (kernels::quantize_q8), its source
-  /// pages released a block of rows at a time as dense_q4 does.
+  /// A dense weight [n][k] quantised to int8 per `group` (kernels::quantize_q8).
   result<kernels::Q8Matrix> dense_q8(const std::string& name, std::size_t n, std::size_t k,
                                      std::size_t group, std::string_view why) {
+    return converted<kernels::Q8Matrix>(name, n, k, why,
+                                        [&](const DenseMatrix& v, std::size_t rows, auto done) {
+      return kernels::quantize_q8(v, group, rows, done);
+    });
+  }
+
+  /// The dense tensor `name` [n][k] converted by `convert(view, block_rows, rows_done)` a block
+  /// of rows at a time, each block's source pages released once converted
+  /// (release_source_pages): the conversion holds one block of the mapped tensor, not the whole.
+  template <class Matrix, class Convert>
+  result<Matrix> converted(const std::string& name, std::size_t n, std::size_t k,
+                           std::string_view why, Convert convert) {
     auto t = get(name, {io::dtype::f16, io::dtype::bf16, io::dtype::f32}, {n, k}, why);
     if (!t) return t.error();
     auto v = dense_matrix_view(*t);
     if (!v) return v.error();
     const std::size_t row_bytes = t->bytes.size() / n;
     std::size_t cursor = 0;
-    auto q = kernels::quantize_q8(
-        *v, group, conversion_block_rows(row_bytes),
-        [&](std::size_t rows) { release_through(t->bytes, cursor, rows * row_bytes); });
-    if (!q) return tensor_error(q.error().code, name, q.error().message);
-    return q;
+    auto out = convert(*v, conversion_block_rows(row_bytes), [&](std::size_t rows) {
+      release_through(t->bytes, cursor, rows * row_bytes);
+    });
+    if (!out) return tensor_error(out.error().code, name, out.error().message);
+    return out;
   }
 
   /// A dense fp32 [n][k] matrix whose row r `row(r, out)` writes (reference mode's dequantised
