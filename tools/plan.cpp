@@ -47,7 +47,7 @@ struct Measured {
   std::uint64_t weights_owned = 0, session_bytes = 0;
   std::size_t context = 0;
   std::size_t decoded = 0;           // tokens decoded one at a time after the prefill
-  double decode_tokens_per_s = 0.0;  // their rate (the last session's)
+  double decode_tokens_per_s = 0.0;  // their rate, in the last of the --sessions
 };
 
 // Loads, creates the sessions and fills each context with synthetic tokens (chunks of
