@@ -10,9 +10,10 @@
 // (kernels::q4_matrix_bytes, UnpackedQ4::bytes_for, the caches' bytes_for and
 // attend_scratch_bytes, Transformer::activation_columns, backend::HostState::rope_table_floats,
 // kernels::q8_activation_bytes), walked in the order load_weights() converts tensors. Not
-// counted: the process's own baseline (code, libc, thread stacks), allocator overhead, embedding
-// rows touched by lookups (one row per distinct token), and a packed cache assumed valid when
-// its file exists. Session::create()'s and Engine::load()'s memory budgets (session.hpp) use it.
+// counted: the process's own baseline (code, libc, thread stacks), allocator overhead, and a
+// packed cache assumed valid when its file exists; embedding pages touched by lookups are
+// counted apart (embedding_touched). Session::create()'s and Engine::load()'s memory budgets
+// (session.hpp) use it.
 #pragma once
 
 #include "edgellm/backend/cpu.hpp"
@@ -166,6 +167,7 @@ struct WeightsPlan {
   std::string load_peak_tensor;  ///< the tensor at that moment
   std::uint64_t embedding_bytes = 0;   ///< the stored embedding [vocab][hidden]
   bool embedding_resident = false;     ///< already counted resident (tied lm_head, a copy)
+  bool embedding_rows_released = false;  ///< each lookup releases the rows it read
   std::uint64_t resident_bytes() const noexcept { return owned_bytes + mapped_resident_bytes; }
 };
 
@@ -353,6 +355,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
     view(*e, false);
     w.embedding_bytes = e->bytes.size();
     w.embedding_resident = !e->is_aligned();
+    w.embedding_rows_released = load.release_source_pages;
   }
   owned(H * sizeof(float));  // model.norm.weight
   for (std::size_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -528,12 +531,18 @@ inline SessionPlan plan_session(const WeightsPlan& w, const WeightsPlan* draft,
 }
 
 /// Bytes of embedding pages that p's sessions may touch: one row per token held, each row
-/// over row_bytes / page + 1 pages at most, up to the whole embedding (draft's included).
+/// over row_bytes / page + 1 pages at most, up to the whole embedding (draft's included); when
+/// each lookup releases what it read, the fault-around windows of one row per session.
 inline std::uint64_t embedding_touched(const MemoryPlan& p) {
   const std::uint64_t page = io::page_size();
   const auto one = [&](const WeightsPlan& w) -> std::uint64_t {
     if (w.embedding_resident || w.config.vocab_size == 0) return 0;
     const std::uint64_t row = w.embedding_bytes / w.config.vocab_size;
+    if (w.embedding_rows_released) {
+      const std::uint64_t window = io::kFaultAroundBytes;
+      return std::min(w.embedding_bytes,
+                      p.options.sessions * ((row + window - 1) / window + 1) * window);
+    }
     const std::uint64_t rows =
         std::min<std::uint64_t>(w.config.vocab_size, p.options.sessions * p.session.context_size);
     return std::min(w.embedding_bytes, rows * (row / page + 1) * page);

@@ -159,6 +159,34 @@ TEST_CASE("release_mapped_pages drops whole pages of a mapping, which refault in
   CHECK(std::memcmp(f->data(), content.data(), content.size()) == 0);  // read again from the file
 }
 
+TEST_CASE("release_mapped_window drops the 64 KiB windows around a read, within its range",
+          "[io]") {
+  using edgellm::io::kFaultAroundBytes;
+  using edgellm::io::page_size;
+  using edgellm::io::release_mapped_window;
+  const std::size_t page = page_size();
+  REQUIRE(kFaultAroundBytes % page == 0);
+  TempDir dir;
+  const std::string path = dir.write("window.bin", std::string(8 * kFaultAroundBytes, 'w'));
+  auto f = edgellm::io::MappedFile::open(path);
+  REQUIRE(f.has_value());
+  const std::span<const std::byte> all = f->bytes();  // page-aligned
+  const std::size_t W = kFaultAroundBytes;
+  // Windows are aligned in the address space: `base` is the first window start in the mapping.
+  const auto addr = reinterpret_cast<std::uintptr_t>(all.data());
+  const std::size_t base = (W - addr % W) % W;
+  CHECK(release_mapped_window(all, {}) == 0);
+  CHECK(release_mapped_window({}, all.subspan(0, 10)) == 0);
+  CHECK(release_mapped_window(all, all.subspan(base + W + 100, 100)) == W);        // one window
+  CHECK(release_mapped_window(all, all.subspan(base + 2 * W - 10, 20)) == 2 * W);  // two
+  // Clipped to `within`: the page it starts inside is kept (it may hold other data), and at the
+  // end of the mapping only what is inside it.
+  const auto within = all.subspan(base + 100, 3 * W);
+  CHECK(release_mapped_window(within, within.subspan(0, 10)) == W - page);
+  CHECK(release_mapped_window(all, all.last(10)) == (addr + all.size() - 1) % W + 1);
+  CHECK(std::memcmp(f->data(), std::string(all.size(), 'w').data(), all.size()) == 0);
+}
+
 TEST_CASE("MappedFile::lock reports RLIMIT_MEMLOCK when it is too small", "[io]") {
   TempDir dir;
   const std::string path = dir.write("lock.bin", std::string(1 << 20, 'x'));

@@ -4,6 +4,8 @@
 #include "edgellm/kernels/dense_matrix.hpp"
 
 #include "edgellm/kernels/float16.hpp"
+#include "edgellm/io/mapped_file.hpp"
+#include "support/temp_dir.hpp"
 #include "support/test_util.hpp"
 
 #include <catch2/catch.hpp>
@@ -12,7 +14,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace test_kernels_dense_matrix {
@@ -90,6 +94,59 @@ TEST_CASE("DenseMatrix: view, copy_of and from_f32 give the same rows", "[kernel
   CHECK_FALSE(DenseMatrix::from_f32(values, 4, 2 + 1));
   CHECK(DenseMatrix().empty());
   CHECK(std::string(edgellm::kernels::to_string(type)).size() >= 3);
+}
+
+TEST_CASE("DenseMatrix::lookup of a mapped table: the rows of row(), their pages released",
+          "[kernels]") {
+  // A [n][k] f16 table in a file, 1 MiB: each row 1 KiB.
+  const std::size_t n = 1024, k = 512;
+  std::vector<std::uint16_t> h(n * k);
+  for (std::size_t i = 0; i < h.size(); ++i)
+    h[i] = edgellm::kernels::f32_to_f16(static_cast<float>(static_cast<int>(i % 2001) - 1000) / 64);
+  edgellm::test::TempDir dir;
+  const std::string path =
+      dir.write("table.bin", std::string(reinterpret_cast<const char*>(h.data()), h.size() * 2));
+  auto f = edgellm::io::MappedFile::open(path);
+  REQUIRE(f);
+  auto t = DenseMatrix::view(DenseType::f16, n, k, f->bytes(), "table");
+  REQUIRE(t);
+  // Resident file-backed pages of this process (statm's third field).
+  const auto resident_file_pages = [] {
+    std::ifstream statm("/proc/self/statm");
+    std::size_t size = 0, resident = 0, shared = 0;
+    statm >> size >> resident >> shared;
+    return shared;
+  };
+  const auto read_all = [&](bool once) {
+    t->set_file_rows_read_once(once);
+    CHECK(t->file_rows_read_once() == once);
+    const std::size_t before = resident_file_pages();
+    std::vector<float> a(k), b(k);
+    for (std::size_t r = 0; r < n; r += 3) {
+      t->lookup(r, a.data());
+      std::vector<float> want(k);
+      for (std::size_t c = 0; c < k; ++c) want[c] = edgellm::kernels::f16_to_f32(h[r * k + c]);
+      REQUIRE(a == want);
+    }
+    const std::size_t after = resident_file_pages();
+    REQUIRE(edgellm::io::release_mapped_pages(f->bytes()) > 0);  // back to none resident
+    return after > before ? after - before : 0;
+  };
+  REQUIRE(edgellm::io::release_mapped_pages(f->bytes()) > 0);
+  const std::size_t kept = read_all(false), released = read_all(true);
+  const std::size_t table_pages = n * k * 2 / edgellm::io::page_size();
+  INFO("file pages resident after reading every third row: " << kept << " kept, " << released
+                                                             << " released, of " << table_pages);
+#if defined(__linux__)
+  CHECK(kept >= table_pages * 9 / 10);
+  CHECK(released <= 2 * edgellm::io::kFaultAroundBytes / edgellm::io::page_size());
+#endif
+  // Owned memory is never marked.
+  std::vector<float> values(n * 4, 1.0f);
+  auto owned = DenseMatrix::from_f32(values, n, 4);
+  REQUIRE(owned);
+  owned->set_file_rows_read_once(true);
+  CHECK_FALSE(owned->file_rows_read_once());
 }
 
 TEST_CASE("dense_matmul matches a double-precision product", "[kernels]") {

@@ -90,7 +90,7 @@ class HostState {
   static status embed(const kernels::DenseMatrix& table, std::span<const std::int32_t> ids,
                       HostTensor x) {
     for (std::size_t t = 0; t < ids.size(); ++t)
-      table.row(static_cast<std::size_t>(ids[t]), x.data.data() + t * x.cols);
+      table.lookup(static_cast<std::size_t>(ids[t]), x.data.data() + t * x.cols);
     return {};
   }
 

@@ -92,6 +92,28 @@ inline std::size_t release_mapped_pages(std::span<const std::byte> bytes) noexce
 #endif
 }
 
+/// How much of a file mapping one page fault may map: Linux maps the pages around a faulting
+/// address that the page cache holds, up to fault_around_bytes (64 KiB unless retuned), aligned.
+inline constexpr std::size_t kFaultAroundBytes = std::size_t{64} << 10;
+
+/// After a one-off read of `bytes`, part of `within` (a range of a read-only file mapping, e.g.
+/// an embedding table), drops the pages of `within` in the fault-around windows around `bytes`:
+/// what that read may have made resident. Returns the bytes released (release_mapped_pages).
+inline std::size_t release_mapped_window(std::span<const std::byte> within,
+                                         std::span<const std::byte> bytes) noexcept {
+  if (bytes.empty() || within.empty()) return 0;
+  const auto lo = reinterpret_cast<std::uintptr_t>(within.data());
+  const std::uintptr_t hi = lo + within.size();
+  const auto a = reinterpret_cast<std::uintptr_t>(bytes.data());
+  std::uintptr_t begin = a / kFaultAroundBytes * kFaultAroundBytes;
+  std::uintptr_t end = (a + bytes.size() + kFaultAroundBytes - 1) / kFaultAroundBytes *
+                       kFaultAroundBytes;
+  begin = std::max(begin, lo);
+  end = std::min(end, hi);
+  if (end <= begin) return 0;
+  return release_mapped_pages({within.data() + (begin - lo), static_cast<std::size_t>(end - begin)});
+}
+
 /// A whole file mapped read-only into memory (PROT_READ, MAP_PRIVATE).
 ///
 /// Move-only; the mapping is released by the destructor. The file descriptor is closed right after

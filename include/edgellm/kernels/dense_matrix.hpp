@@ -7,6 +7,7 @@
 #pragma once
 
 #include "edgellm/detail/aligned_buffer.hpp"
+#include "edgellm/io/mapped_file.hpp"
 #include "edgellm/kernels/dense_matmul.hpp"
 #include "edgellm/kernels/float16.hpp"
 #include "edgellm/kernels/formats.hpp"
@@ -143,6 +144,22 @@ class DenseMatrix {
     if (p != out) std::memcpy(out, p, k_ * sizeof(float));
   }
 
+  /// Marks a view of a read-only file mapping (the loader's mapped embedding table) as read a
+  /// row at a time, each row once per lookup: lookup() then drops the mapped pages the read made
+  /// resident (io::release_mapped_window), so the table costs no resident memory beyond the row
+  /// being read. Only for file mappings: on ordinary memory madvise would discard the data. A
+  /// no-op on owned memory.
+  void set_file_rows_read_once(bool on) noexcept { rows_read_once_ = on && !owned_ && data_; }
+  bool file_rows_read_once() const noexcept { return rows_read_once_; }
+
+  /// row(), then, for a table marked with set_file_rows_read_once, its pages released.
+  void lookup(std::size_t r, float* out) const noexcept {
+    row(r, out);
+    if (!rows_read_once_) return;
+    const std::size_t row_bytes = k_ * element_size();
+    io::release_mapped_window({data_, n_ * row_bytes}, {data_ + r * row_bytes, row_bytes});
+  }
+
  private:
   status set_shape(DenseType type, std::size_t n, std::size_t k, std::size_t bytes,
                    const std::string& what) {
@@ -170,6 +187,7 @@ class DenseMatrix {
   std::size_t n_ = 0, k_ = 0;
   const std::byte* data_ = nullptr;
   edgellm::detail::AlignedBuffer owned_;
+  bool rows_read_once_ = false;  // see set_file_rows_read_once
 };
 
 /// Y = X W^T (+ bias) for a dense matrix: X [m][w.k()], Y [m][w.n()], bias [n] or empty. Rows of

@@ -28,6 +28,7 @@ struct LoadOptions {
   /// the kernel to drop its mapped source pages (madvise MADV_DONTNEED on the page-aligned
   /// interior of the tensor), so resident memory stays near the converted weights plus one
   /// tensor instead of growing by the whole file. The pages refault from the file if touched.
+  /// Embedding rows looked up from the mapping are released the same way after each lookup.
   bool release_source_pages = true;
   /// Packed-weight cache (model/packed_cache.hpp): empty for none, "auto" for
   /// default_packed_cache_path(dir), or a file path. When the file exists and was built from this

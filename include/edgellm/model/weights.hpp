@@ -91,7 +91,8 @@ inline std::vector<std::string> unused_tensors(const io::Checkpoint& ckpt, const
 ///   64 or 128): imported bit-exactly and repacked into kernels::Q4Matrix; linears matched by
 ///   modules_to_not_convert stay dense as stored. Unquantised checkpoints: RTN-quantised to int4
 ///   at load (options.rtn_group_size). With options.fp32_reference, all of them dense fp32.
-/// - embed_tokens: kept as stored (F16/BF16/F32) in the mapping; rows converted on lookup.
+/// - embed_tokens: kept as stored (F16/BF16/F32) in the mapping; rows converted on lookup, their
+///   pages released afterwards (release_source_pages) unless the table is the as-stored lm_head.
 /// - lm_head (embed_tokens when tie_word_embeddings): as stored, or int8 / int4 (options.lm_head).
 /// - norms and biases: fp32 vectors.
 /// Tensors the config does not use are an error naming the first few (unused_tensors), unless
@@ -305,6 +306,11 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
                             "it anyway)");
     }
   }
+  // Each lookup releases the embedding pages it read, unless the table is the as-stored
+  // lm_head too (read whole by every token).
+  const bool head_reads_table =
+      !w->lm_head.dense.empty() && w->lm_head.dense.data() == w->embed_tokens.data();
+  w->embed_tokens.set_file_rows_read_once(options.release_source_pages && !head_reads_table);
   w->released_source_bytes = ld.released();
   detail::gather_int4_matrices(*w, options.int4_arena_min_bytes);
 #if defined(__GLIBC__)
