@@ -320,11 +320,12 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   // An int4 matrix [n][k]: from the packed cache, or converted: an AWQ import holds its source
   // pages, the unpacked codes and the packed copy at once; a dense tensor quantised by RTN
   // (`dense`) one block of source and codes beside the packed copy. The source is released
-  // afterwards (release_source_pages).
+  // afterwards (release_source_pages). `layer`: a decoder layer's linear, which the arena
+  // gathers (model::detail::gather_int4_matrices), unlike the lm_head.
   const auto int4 = [&](const std::string& name, std::uint64_t source, std::size_t n,
-                        std::size_t k, std::size_t g, bool dense) {
+                        std::size_t k, std::size_t g, bool dense, bool layer) {
     const std::uint64_t p = kernels::q4_matrix_bytes(n, k, g);
-    if ((!packed || copy) && name != "lm_head") {  // the lm_head stays out of the arena
+    if ((!packed || copy) && layer) {
       int4_owned += kernels::q4_arena_padded(p);
       int4_largest = std::max(int4_largest, p);
       ++int4_count;
@@ -399,7 +400,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
           owned(dense);
           if (!load.release_source_pages) mapped(source);
         } else {
-          int4(name, source, s.n, s.k, g, false);
+          int4(name, source, s.n, s.k, g, false, true);
         }
       } else {
         auto t = tensor(name + ".weight");
@@ -413,7 +414,7 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
         } else if (c.awq) {
           view(*t, true);  // modules_to_not_convert: dense, as stored
         } else {
-          int4(name, source, s.n, s.k, rtn, true);
+          int4(name, source, s.n, s.k, rtn, true, true);
         }
       }
       if (s.bias) owned(s.n * sizeof(float));
@@ -436,22 +437,26 @@ inline result<WeightsPlan> plan_weights(const std::string& dir, const model::Loa
   // A tied as-stored lm_head is the embedding, read whole by every token; a converted one
   // releases the pages it read, unless release_source_pages is off.
   const bool head_copy = head_group == 0 && load.packed_cache_copy && !load.packed_cache.empty() && !ref;
-  const bool head_converted = head_group != 0 && (head_int8 || !packed);
+  const bool head_converted = head_group != 0 && !packed;
   if (c.tie_word_embeddings)
     w.embedding_resident = w.embedding_resident ||
                            (head_group == 0 ? !head_copy
                                             : head_converted && !load.release_source_pages);
   if (head_group != 0 && head_int8) {
-    // Quantised from the mapped tensor at every load (never from the packed cache), a block of
-    // rows at a time.
+    // Copied from the packed cache (a 1 MiB piece of it mapped at a time), or quantised from
+    // the mapped tensor a block of rows at a time.
     w.lm_head = "int8";
     const std::uint64_t q = kernels::q8_matrix_bytes(V, H, head_group);
-    walk.step(source_block(head->bytes.size(), V) + q, "lm_head");
+    if (packed) {
+      walk.step(q + (std::uint64_t{1} << 20), "lm_head");
+    } else {
+      walk.step(source_block(head->bytes.size(), V) + q, "lm_head");
+      if (!load.release_source_pages) mapped(head->bytes.size());
+    }
     owned(q);
-    if (!load.release_source_pages) mapped(head->bytes.size());
   } else if (head_group != 0) {
     w.lm_head = "q4";
-    int4("lm_head", head->bytes.size(), V, H, head_group, true);
+    int4("lm_head", head->bytes.size(), V, H, head_group, true, false);
   } else if (head_copy) {
     walk.step(2 * head->bytes.size(), head_name);  // the copy while its source is resident
     owned(head->bytes.size());

@@ -30,12 +30,19 @@ using edgellm::model::TransformerWeights;
 
 namespace {
 
-// Every int4 matrix of a and b holds the same bytes.
+// Every int4 matrix of a and b (and an int8 lm_head) holds the same bytes.
 void require_same_int4(const TransformerWeights& a, const TransformerWeights& b) {
   REQUIRE(a.layers.size() == b.layers.size());
   std::size_t matrices = 0;
   const auto same = [&](const edgellm::model::Linear& x, const edgellm::model::Linear& y) {
     REQUIRE(x.quantized() == y.quantized());
+    REQUIRE(x.int8() == y.int8());
+    if (x.int8()) {
+      REQUIRE(x.q8.byte_size() == y.q8.byte_size());
+      REQUIRE(std::memcmp(x.q8.data(), y.q8.data(), x.q8.byte_size()) == 0);
+      REQUIRE(x.q8.data() != y.q8.data());
+      return;
+    }
     if (!x.quantized()) return;
     REQUIRE(x.q4.byte_size() == y.q4.byte_size());
     REQUIRE(std::memcmp(x.q4.data(), y.q4.data(), x.q4.byte_size()) == 0);
@@ -73,8 +80,10 @@ void flip_byte(const std::string& path, std::size_t offset) {
 TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
   edgellm::test::TempDir tmp("edgellm-packed");
   for (const char* fixture : {"qwen2-awq-gemm", "llama-fp16"}) {
-    for (LmHeadFormat head : {LmHeadFormat::as_stored, LmHeadFormat::q4}) {
-      CAPTURE(fixture, head == LmHeadFormat::q4);
+    for (LmHeadFormat head : {LmHeadFormat::as_stored, LmHeadFormat::q4, LmHeadFormat::int8}) {
+      CAPTURE(fixture, edgellm::model::lm_head_format_name(head));
+      // An int8 lm_head is copied out of the cache (Q8Matrix is owned memory).
+      const std::string int8_note = head == LmHeadFormat::int8 ? ", the int8 lm_head copied" : "";
       const std::string dir = edgellm::test::model_fixture(fixture);
       LoadOptions plain_opts;
       plain_opts.lm_head = head;
@@ -84,8 +93,8 @@ TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
       REQUIRE((*plain)->packed_cache_note.empty());
 
       LoadOptions o = plain_opts;
-      o.packed_cache = tmp.file(std::string(fixture) + (head == LmHeadFormat::q4 ? "-q4" : "") +
-                                ".bin");
+      o.packed_cache = tmp.file(std::string(fixture) + "-" +
+                                std::string(edgellm::model::lm_head_format_name(head)) + ".bin");
       std::filesystem::remove(o.packed_cache);
       auto first = load_weights(dir, o);
       REQUIRE(first);
@@ -95,7 +104,8 @@ TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
 
       auto second = load_weights(dir, o);
       REQUIRE(second);
-      REQUIRE((*second)->packed_cache_note == "int4 weights mapped from " + o.packed_cache);
+      REQUIRE((*second)->packed_cache_note ==
+              "int4 weights mapped from " + o.packed_cache + int8_note);
       REQUIRE((*second)->packed_cache_file);
       // Zero-copy: the matrices point into the mapping.
       const auto& file = *(*second)->packed_cache_file;
@@ -110,7 +120,8 @@ TEST_CASE("packed cache: written once, then mapped; same weights", "[model]") {
       c.int4_arena_min_bytes = 0;  // gathered however small
       auto copied = load_weights(dir, c);
       REQUIRE(copied);
-      REQUIRE((*copied)->packed_cache_note == "int4 weights copied from " + o.packed_cache);
+      REQUIRE((*copied)->packed_cache_note ==
+              "int4 weights copied from " + o.packed_cache + int8_note);
       REQUIRE_FALSE((*copied)->packed_cache_file);
       // Owned by the weights: gathered into their int4 arena (weights_test.cpp).
       REQUIRE((*copied)->int4_arena.contains((*copied)->layers[0].q_proj.q4.data()));

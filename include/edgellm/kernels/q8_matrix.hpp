@@ -69,6 +69,7 @@ class Q8Matrix {
   bool empty() const noexcept { return owned_ == nullptr; }
   /// All bytes (codes, then scales), 64-byte aligned; byte_size() long.
   const std::byte* data() const noexcept { return owned_.get(); }
+  std::byte* mutable_data() noexcept { return owned_.get(); }
 
   /// Codes of row r: [k].
   const std::int8_t* codes(std::size_t r) const noexcept {

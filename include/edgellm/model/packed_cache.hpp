@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The packed-weight cache: every int4 matrix of a loaded model in kernels::Q4Matrix's tile layout,
-// written once beside the checkpoint and memory-mapped by later loads instead of importing and
-// repacking the AutoAWQ tensors again (for a 7B checkpoint: mapping and checking its tiles instead
-// of a minute or more of repacking; docs/performance.md).
+// The packed-weight cache: every int4 matrix of a loaded model in kernels::Q4Matrix's tile layout
+// (and an int8 lm_head in kernels::Q8Matrix's), written once beside the checkpoint and
+// memory-mapped by later loads instead of importing and repacking the AutoAWQ tensors again (for
+// a 7B checkpoint: mapping and checking its tiles instead of a minute or more of repacking;
+// docs/performance.md).
 #pragma once
 
 #include "edgellm/detail/bytes.hpp"
@@ -10,6 +11,7 @@
 #include "edgellm/io/mapped_file.hpp"
 #include "edgellm/io/checkpoint.hpp"
 #include "edgellm/kernels/formats.hpp"
+#include "edgellm/kernels/q8_matrix.hpp"
 #include "edgellm/result.hpp"
 
 #include <algorithm>
@@ -45,7 +47,8 @@ namespace detail {
 ///    56  E x 128   entries: name (char[80], NUL-padded), n, k, group, offset, bytes, checksum
 ///   ...            tiles of each entry at its offset (a multiple of 4096), bytes long
 /// Checksums are edgellm::detail::lane_checksum64 (fast enough for gigabytes of tiles). An
-/// entry's checksum covers its tiles; every one is checked when the entry is used.
+/// entry's checksum covers its tiles; every one is checked when the entry is used. An int8
+/// matrix (Q8Matrix's bytes: codes, then scales) is the entry named packed_int8_name(name).
 inline constexpr char kPackedMagic[16] = "EDGELLM Q4 PACK";
 inline constexpr std::uint64_t kPackedVersion = 1;
 inline constexpr std::size_t kPackedHeaderBytes = 56, kPackedEntryBytes = 128,
@@ -82,6 +85,26 @@ inline result<std::uint64_t> packed_source_key(const std::string& dir, const io:
   if (!cfg) return cfg.error();
   fnv_mix(h, std::string_view(reinterpret_cast<const char*>(cfg->data()), cfg->size()));
   return h;
+}
+
+/// The entry name of the int8 form of matrix `name` (an int8 lm_head: "lm_head:int8").
+inline std::string packed_int8_name(std::string_view name) { return std::string(name) + ":int8"; }
+
+/// Copies `src` into `dst` (as many bytes) in 1 MiB pieces, checksumming each piece while it is
+/// cached and dropping each mapped piece once copied, so resident memory grows by the copy only
+/// (otherwise the copied matrix is resident twice at the peak; docs/performance.md). Returns
+/// whether the checksum is `checksum`.
+inline bool copy_checked(std::span<const std::byte> src, std::byte* dst,
+                         std::uint64_t checksum) noexcept {
+  edgellm::detail::LaneChecksum64 c;
+  constexpr std::size_t kPiece = std::size_t{1} << 20;
+  for (std::size_t o = 0; o < src.size(); o += kPiece) {
+    const std::size_t len = std::min(kPiece, src.size() - o);
+    std::memcpy(dst + o, src.data() + o, len);
+    c.update(dst + o, len);
+    io::release_mapped_pages(src.subspan(o, len));
+  }
+  return c.finish() == checksum;
 }
 
 struct PackedEntry {
@@ -164,24 +187,29 @@ class PackedCacheReader {
       if (copy) {
         auto m = kernels::Q4Matrix::allocate(n, k, group, /*zero_fill=*/false);
         if (!m || m->byte_size() != e.bytes) return std::nullopt;
-        // Copy and checksum in 1 MiB pieces, the checksum reading each piece while it is cached,
-        // and drop each mapped piece once copied, so resident memory grows by the copy only
-        // (otherwise the copied model is resident twice at the peak; docs/performance.md).
-        edgellm::detail::LaneChecksum64 c;
-        constexpr std::size_t kPiece = std::size_t{1} << 20;
-        std::byte* dst = m->mutable_data();
-        for (std::size_t o = 0; o < e.bytes; o += kPiece) {
-          const std::size_t len = std::min(kPiece, e.bytes - o);
-          std::memcpy(dst + o, tiles.data() + o, len);
-          c.update(dst + o, len);
-          io::release_mapped_pages(tiles.subspan(o, len));
-        }
-        if (c.finish() != e.checksum) return std::nullopt;
+        if (!copy_checked(tiles, m->mutable_data(), e.checksum)) return std::nullopt;
         return std::move(*m);
       }
       if (edgellm::detail::lane_checksum64(tiles) != e.checksum) return std::nullopt;
       auto m = kernels::Q4Matrix::view(tiles.data(), tiles.size(), n, k, group);
       if (!m || m->byte_size() != e.bytes) return std::nullopt;
+      return std::move(*m);
+    }
+    return std::nullopt;
+  }
+
+  /// The int8 matrix `name` [n][k] with group size `group` (the entry packed_int8_name(name)),
+  /// copied into owned memory after checking its checksum; nullopt as take().
+  std::optional<kernels::Q8Matrix> take_q8(std::string_view name, std::size_t n, std::size_t k,
+                                           std::size_t group) const {
+    const std::string key = packed_int8_name(name);
+    for (const PackedEntry& e : entries_) {
+      if (e.name != key) continue;
+      if (e.n != n || e.k != k || e.group != group) return std::nullopt;
+      auto m = kernels::Q8Matrix::allocate(n, k, group);
+      if (!m || m->byte_size() != e.bytes) return std::nullopt;
+      if (!copy_checked({file_.data() + e.offset, e.bytes}, m->mutable_data(), e.checksum))
+        return std::nullopt;
       return std::move(*m);
     }
     return std::nullopt;
@@ -219,12 +247,26 @@ inline status check_packed_cache_replaceable(const std::string& path, std::uint6
   return {};
 }
 
-/// Writes `matrices` (name, matrix) as a packed cache at `path` atomically (io::AtomicFileWriter),
-/// so readers never see a half-written cache; a device, FIFO or directory at `path` is refused
-/// and temporaries of killed writers beside it are removed (io/output_path.hpp).
-inline status write_packed_cache(
-    const std::string& path, std::uint64_t key,
-    std::span<const std::pair<std::string, const kernels::Q4Matrix*>> matrices) {
+/// One matrix to write into a packed cache: its entry name, shape, group size and bytes.
+struct PackedMatrix {
+  std::string name;
+  std::uint64_t n = 0, k = 0, group = 0;
+  std::span<const std::byte> bytes;
+
+  static PackedMatrix of(std::string name, const kernels::Q4Matrix& m) {
+    return {std::move(name), m.n(), m.k(), m.group_size(), {m.data(), m.byte_size()}};
+  }
+  /// Named packed_int8_name(name).
+  static PackedMatrix of(std::string_view name, const kernels::Q8Matrix& m) {
+    return {packed_int8_name(name), m.n(), m.k(), m.group_size(), {m.data(), m.byte_size()}};
+  }
+};
+
+/// Writes `matrices` as a packed cache at `path` atomically (io::AtomicFileWriter), so readers
+/// never see a half-written cache; a device, FIFO or directory at `path` is refused and
+/// temporaries of killed writers beside it are removed (io/output_path.hpp).
+inline status write_packed_cache(const std::string& path, std::uint64_t key,
+                                 std::span<const PackedMatrix> matrices) {
   const std::string where = "packed cache " + path;
   if constexpr (std::endian::native != std::endian::little) {
     return make_error(errc::unsupported, where, "big-endian host");
@@ -237,19 +279,19 @@ inline status write_packed_cache(
   const auto put = [&](std::size_t off, std::uint64_t v) { std::memcpy(head.data() + off, &v, 8); };
   std::uint64_t offset = up(head.size());
   for (std::size_t i = 0; i < count; ++i) {
-    const auto& [name, m] = matrices[i];
-    if (name.size() >= kPackedNameBytes)
-      return make_error(errc::invalid_argument, where, "tensor name too long: " + name);
+    const PackedMatrix& m = matrices[i];
+    if (m.name.size() >= kPackedNameBytes)
+      return make_error(errc::invalid_argument, where, "tensor name too long: " + m.name);
     const std::size_t e = kPackedHeaderBytes + i * kPackedEntryBytes;
-    std::memcpy(head.data() + e, name.data(), name.size());
+    std::memcpy(head.data() + e, m.name.data(), m.name.size());
     const std::size_t o = e + kPackedNameBytes;
-    put(o, m->n());
-    put(o + 8, m->k());
-    put(o + 16, m->group_size());
+    put(o, m.n);
+    put(o + 8, m.k);
+    put(o + 16, m.group);
     put(o + 24, offset);
-    put(o + 32, m->byte_size());
-    put(o + 40, edgellm::detail::lane_checksum64({m->data(), m->byte_size()}));
-    offset = up(offset + m->byte_size());
+    put(o + 32, m.bytes.size());
+    put(o + 40, edgellm::detail::lane_checksum64(m.bytes));
+    offset = up(offset + m.bytes.size());
   }
   std::memcpy(head.data(), kPackedMagic, 16);
   put(16, kPackedVersion);
@@ -264,11 +306,11 @@ inline status write_packed_cache(
   if (auto st = out->write(head); !st) return st;
   std::uint64_t at = head.size();
   for (std::size_t i = 0; i < count; ++i) {
-    const kernels::Q4Matrix& m = *matrices[i].second;
+    const std::span<const std::byte> bytes = matrices[i].bytes;
     const std::uint64_t pad = up(at) - at;
     if (auto st = out->write({zeros, pad}); !st) return st;
-    if (auto st = out->write({m.data(), m.byte_size()}); !st) return st;
-    at += pad + m.byte_size();
+    if (auto st = out->write(bytes); !st) return st;
+    at += pad + bytes.size();
   }
   if (auto st = out->write({zeros, offset - at}); !st) return st;
   return out->commit();

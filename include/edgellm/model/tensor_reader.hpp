@@ -81,7 +81,7 @@ class TensorReader {
 
   /// Matrices are taken from `cache` when it holds them (null: none).
   void use_packed_cache(const PackedCacheReader* cache) noexcept { packed_ = cache; }
-  /// Int4 matrices asked of the packed cache that it did not hold.
+  /// Matrices asked of the packed cache that it did not hold.
   std::size_t packed_misses() const noexcept { return packed_misses_; }
 
   /// The int4 matrix `name` [n][k] from the packed cache, or nullopt (then counted as a miss).
@@ -89,6 +89,15 @@ class TensorReader {
                                                      std::size_t k, std::size_t group) {
     if (packed_ == nullptr || opts_.fp32_reference) return std::nullopt;
     auto m = packed_->take(name, n, k, group, opts_.packed_cache_copy);
+    if (!m) ++packed_misses_;
+    return m;
+  }
+
+  /// The int8 matrix `name` [n][k] copied from the packed cache, or nullopt (a miss, as above).
+  std::optional<kernels::Q8Matrix> q8_from_packed_cache(std::string_view name, std::size_t n,
+                                                        std::size_t k, std::size_t group) {
+    if (packed_ == nullptr || opts_.fp32_reference) return std::nullopt;
+    auto m = packed_->take_q8(name, n, k, group);
     if (!m) ++packed_misses_;
     return m;
   }

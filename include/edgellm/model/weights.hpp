@@ -165,8 +165,8 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     packed_path =
         options.packed_cache == "auto" ? default_packed_cache_path(dir) : options.packed_cache;
     const std::string signature =
-        // An int8 lm_head is not stored in the cache (quantised at load), so it shares the
-        // as-stored signature.
+        // An int8 lm_head is an entry of its own beside the int4 matrices (written by the first
+        // load that converts it), so it shares the as-stored signature.
         std::string("lm_head=") + (options.lm_head == LmHeadFormat::q4 ? "q4" : "as_stored") +
         ";rtn=" + std::to_string(w->rtn_group_size);
     // `auto` names a file of ours by construction; another path may hold someone else's.
@@ -266,14 +266,17 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
                       dir + ": lm_head: no int4/int8 group size (128, 64, 32) divides "
                             "hidden_size " + std::to_string(H) + "; use LmHeadFormat::as_stored");
   }
-  // Converted heads read the mapped tensor a block of rows at a time and release the pages
-  // read (release_source_pages); a tied embedding's rows are looked up from the mapping later,
-  // so only the rows a generation touches come back.
+  // Converted heads (not found in the packed cache) read the mapped tensor a block of rows at a
+  // time and release the pages read (release_source_pages); a tied embedding's rows are looked
+  // up from the mapping later, each lookup releasing what it read.
   if (q8_head) {
-    // Quantised at every load: the packed cache holds int4 matrices only.
-    auto q = ld.dense_q8(head_name, V, H, head_group, head_why);
-    if (!q) return q.error();
-    w->lm_head.q8 = std::move(*q);
+    if (auto cached = ld.q8_from_packed_cache("lm_head", V, H, head_group)) {
+      w->lm_head.q8 = std::move(*cached);
+    } else {
+      auto q = ld.dense_q8(head_name, V, H, head_group, head_why);
+      if (!q) return q.error();
+      w->lm_head.q8 = std::move(*q);
+    }
   } else if (q4_head) {
     if (auto cached = ld.from_packed_cache("lm_head", V, H, head_group)) {
       w->lm_head.q4 = std::move(*cached);
@@ -323,10 +326,15 @@ inline result<std::shared_ptr<const TransformerWeights>> load_weights_unguarded(
     if (packed && ld.packed_misses() == 0) {
       w->packed_cache_note = std::string(options.packed_cache_copy ? "int4 weights copied from "
                                                                     : "int4 weights mapped from ") +
-                             packed_path;
+                             packed_path + (w->lm_head.int8() ? ", the int8 lm_head copied" : "");
     } else {
-      if (w->lm_head.int4()) int4.emplace_back("lm_head", &w->lm_head.q4);
-      const status st = detail::write_packed_cache(packed_path, packed_key, int4);
+      std::vector<detail::PackedMatrix> matrices;
+      matrices.reserve(int4.size() + 1);
+      for (const auto& [name, m] : int4) matrices.push_back(detail::PackedMatrix::of(name, *m));
+      if (w->lm_head.int4()) matrices.push_back(detail::PackedMatrix::of("lm_head", w->lm_head.q4));
+      if (w->lm_head.int8())
+        matrices.push_back(detail::PackedMatrix::of(std::string_view("lm_head"), w->lm_head.q8));
+      const status st = detail::write_packed_cache(packed_path, packed_key, matrices);
       if (!w->packed_cache_note.empty()) w->packed_cache_note += "; ";
       w->packed_cache_note += st ? "wrote " + packed_path : st.error().message;
       w->packed_cache_failed = !st;
