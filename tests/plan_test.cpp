@@ -352,10 +352,7 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   using K = cache::KvType;
   PlanOptions o;
   o.kv_type = K::f32;
-  // 512 tokens: at 2048 a generation would touch every row of the bundled model's small
-  // (4096 x 384) embedding, so a converted lm_head, which releases the tied embedding's pages,
-  // would not lower the peak.
-  o.context_size = 512;
+  o.context_size = 2048;
   o.load.lm_head = F::as_stored;
   const auto peak = [&](F f, K k, std::size_t ctx) {
     PlanOptions t = o;
@@ -366,7 +363,7 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
     REQUIRE(p);
     return p->peak_bytes();
   };
-  const std::uint64_t given = peak(F::as_stored, K::f32, 512);
+  const std::uint64_t given = peak(F::as_stored, K::f32, 2048);
 
   // Fits as given: nothing changes.
   auto same = choose_within_budget(bundled(), o, given);
@@ -376,8 +373,8 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   CHECK(same->options.kv_type == K::f32);
   CHECK(same->plan.peak_bytes() == given);
 
-  // Just below: the lm_head changes first, to the first of int8, int4 that fits.
-  const std::uint64_t i8 = peak(F::int8, K::f32, 512), q4 = peak(F::q4, K::f32, 512);
+  // Just below: the lm_head changes first, to the first of int8, int4 that fits alone.
+  const std::uint64_t i8 = peak(F::int8, K::f32, 2048), q4 = peak(F::q4, K::f32, 2048);
   const std::uint64_t lm_budget = std::min(i8, q4);
   REQUIRE(lm_budget < given);
   const F least = i8 <= q4 ? F::int8 : F::q4;
@@ -385,28 +382,59 @@ TEST_CASE("choose_within_budget: lm_head, then KV type, then context, each only 
   REQUIRE(lm);
   CHECK(lm->options.load.lm_head == least);
   CHECK(lm->options.kv_type == K::f32);
-  CHECK(lm->options.context_size == 512);
+  CHECK(lm->options.context_size == 2048);
   CHECK_THAT(lm->note, Catch::Contains("lm_head f16 -> "));
   CHECK(lm->plan.peak_bytes() <= lm_budget);
 
-  // Below every lm_head at f32: the smallest lm_head, then the KV cache narrows (f16 first).
-  const std::uint64_t kv_f16 = peak(least, K::f16, 512);
-  REQUIRE(kv_f16 < lm_budget);
-  auto kv = choose_within_budget(bundled(), o, kv_f16);
-  REQUIRE(kv);
-  CHECK(kv->options.load.lm_head == least);
-  CHECK(kv->options.kv_type == K::f16);
-  CHECK(kv->options.context_size == 512);
-  CHECK_THAT(kv->note, Catch::Contains("KV f32 -> f16"));
+  // Below every lm_head at f32: the lm_head asked stays when a narrower KV cache fits with it
+  // (f16 first, then int8, then int4).
+  for (const K kv : {K::f16, K::int8, K::int4}) {
+    const std::uint64_t b = peak(F::as_stored, kv, 2048);
+    CAPTURE(cache::kv_type_name(kv));
+    REQUIRE(b < lm_budget);
+    auto narrow = choose_within_budget(bundled(), o, b);
+    REQUIRE(narrow);
+    CHECK(narrow->options.load.lm_head == F::as_stored);
+    CHECK(narrow->options.kv_type == kv);
+    CHECK(narrow->options.context_size == 2048);
+    CHECK(narrow->plan.peak_bytes() == b);
+    CHECK(narrow->note == "to fit the budget of " + mib(b) + ": KV f32 -> " +
+                              cache::kv_type_name(kv) + " (peak " + mib(given) + " -> " + mib(b) +
+                              ")");
+  }
 
-  // Below int8 at 512 tokens: int4, the narrowest KV type.
-  const std::uint64_t kv_int4 = peak(least, K::int4, 512);
-  REQUIRE(kv_int4 < peak(least, K::int8, 512));
-  auto narrow = choose_within_budget(bundled(), o, kv_int4);
-  REQUIRE(narrow);
-  CHECK(narrow->options.kv_type == K::int4);
-  CHECK(narrow->options.context_size == 512);
-  CHECK_THAT(narrow->note, Catch::Contains("KV f32 -> int4"));
+  // The lm_head asked cannot get there, another can: none fits alone, and f16 as stored (the
+  // mapped lm_head counted whole) stays above a budget that int8 reaches with int4 KV and a
+  // shorter context. (Taking the lowest peak at int8 KV, int4, would stop at its load's peak.)
+  {
+    PlanOptions asked = o;
+    asked.kv_type = K::int8;
+    PlanOptions floor = asked;
+    floor.kv_type = K::int4;
+    floor.context_size = 256;
+    auto f16_floor = plan_memory(bundled(), floor);
+    floor.load.lm_head = F::int8;
+    auto int8_floor = plan_memory(bundled(), floor);
+    floor.load.lm_head = F::q4;
+    auto q4_floor = plan_memory(bundled(), floor);
+    REQUIRE(f16_floor);
+    REQUIRE(int8_floor);
+    REQUIRE(q4_floor);
+    REQUIRE(int8_floor->peak_bytes() < f16_floor->peak_bytes());
+    const std::uint64_t b = (int8_floor->peak_bytes() + f16_floor->peak_bytes()) / 2;
+    REQUIRE(b < q4_floor->peak_bytes());
+    auto other = choose_within_budget(bundled(), asked, b);
+    REQUIRE(other);
+    CHECK(other->options.load.lm_head == F::int8);
+    CHECK(other->options.kv_type == K::int4);
+    CHECK(other->options.context_size < 2048);
+    CHECK(other->options.context_size >= 256);
+    CHECK(other->plan.peak_bytes() <= b);
+    CHECK_THAT(other->note, Catch::StartsWith("to fit the budget of " + mib(b) +
+                                              ": lm_head f16 -> int8 (peak ") &&
+                                Catch::Contains("; KV int8 -> int4 (peak ") &&
+                                Catch::Contains("; context 2048 -> "));
+  }
 
   // Below every KV type at 2048 tokens, the lm_head fixed as stored (at 512 the load's peak,
   // not the context, is the plan's peak): the context shrinks, to the longest that fits (one

@@ -240,6 +240,19 @@ edgellm_status check_context_size(std::string_view where, const std::string& nam
                             std::to_string(max_position) + " (positions it was not trained for)");
 }
 
+edgellm_memory_plan to_c(const edgellm::MemoryPlan& plan) noexcept {
+  edgellm_memory_plan out{};
+  out.weights_mapped_bytes = plan.weights.files_bytes + (plan.has_draft ? plan.draft.files_bytes : 0);
+  out.weights_resident_bytes =
+      plan.weights.resident_bytes() + (plan.has_draft ? plan.draft.resident_bytes() : 0);
+  out.kv_cache_bytes = plan.session.kv_cache_bytes;
+  out.scratch_bytes = plan.session.scratch_bytes();
+  out.load_peak_bytes = plan.engine_peak_bytes();
+  out.peak_bytes = plan.peak_bytes();
+  out.context_size = static_cast<uint32_t>(plan.session.context_size);
+  return out;
+}
+
 // The memory plan (edgellm::plan_memory, edgellm/plan.hpp) in the C struct: edgellm_plan()
 // returns it, and edgellm_model_load() with memory_budget_bytes != 0 refuses with
 // EDGELLM_ERR_OUT_OF_MEMORY when its peak exceeds the budget. `so_name` as in check_context_size.
@@ -253,14 +266,7 @@ edgellm_status make_memory_plan(std::string_view where, const std::string& so_na
                                    plan->weights.config.max_position_embeddings);
       st != EDGELLM_OK)
     return st;
-  out->weights_mapped_bytes = plan->weights.files_bytes + (plan->has_draft ? plan->draft.files_bytes : 0);
-  out->weights_resident_bytes =
-      plan->weights.resident_bytes() + (plan->has_draft ? plan->draft.resident_bytes() : 0);
-  out->kv_cache_bytes = plan->session.kv_cache_bytes;
-  out->scratch_bytes = plan->session.scratch_bytes();
-  out->load_peak_bytes = plan->engine_peak_bytes();
-  out->peak_bytes = plan->peak_bytes();
-  out->context_size = static_cast<uint32_t>(plan->session.context_size);
+  *out = to_c(*plan);
   return EDGELLM_OK;
 }
 
@@ -1055,5 +1061,57 @@ extern "C" edgellm_status edgellm_plan(const char* model_dir,
     edgellm::SessionOptions sso;
     if (auto st = to_session_options(where, "session_options", so, sso); st != EDGELLM_OK) return st;
     return make_memory_plan(where, "session_options", model_dir, eo, sso, out_plan);
+  });
+}
+
+extern "C" edgellm_status edgellm_fit_budget(const char* model_dir, uint64_t budget_bytes,
+                                             edgellm_model_options* model_options,
+                                             edgellm_session_options* session_options,
+                                             edgellm_memory_plan* out_plan, char* note,
+                                             size_t note_capacity) {
+  constexpr std::string_view where = "edgellm_fit_budget";
+  return guarded(where, [&]() -> edgellm_status {
+    if (note != nullptr && note_capacity > 0) note[0] = '\0';
+    if (out_plan != nullptr) *out_plan = edgellm_memory_plan{};
+    if (model_dir == nullptr) return invalid(where, "model_dir: NULL");
+    if (model_dir[0] == '\0') return invalid(where, "model_dir: empty");
+    if (model_options == nullptr) return invalid(where, "model_options: NULL");
+    if (session_options == nullptr) return invalid(where, "session_options: NULL");
+    edgellm::EngineOptions eo;
+    if (auto st = to_engine_options(where, "model_options", *model_options, eo); st != EDGELLM_OK)
+      return st;
+    edgellm::SessionOptions so;
+    if (auto st = to_session_options(where, "session_options", *session_options, so);
+        st != EDGELLM_OK)
+      return st;
+    std::uint64_t budget = budget_bytes;
+    if (budget == EDGELLM_BUDGET_PHONE) {
+      auto b = edgellm::resolve_budget(edgellm::MemoryBudget::phone());
+      if (!b) return fail(b.error());
+      budget = *b;
+    }
+    auto c = edgellm::choose_within_budget(model_dir, edgellm::plan_options(eo, so), budget);
+    if (!c) return fail(c.error());
+    if (auto st = check_context_size(where, "session_options", so.context_size,
+                                     c->plan.weights.config.max_position_embeddings);
+        st != EDGELLM_OK)
+      return st;
+    using edgellm::model::LmHeadFormat;
+    const LmHeadFormat head = c->options.load.lm_head;
+    model_options->lm_head = head == LmHeadFormat::int8 ? "int8" : head == LmHeadFormat::q4 ? "q4" : "stored";
+    switch (c->options.kv_type) {
+      case edgellm::cache::KvType::int8: session_options->kv_type = EDGELLM_KV_INT8; break;
+      case edgellm::cache::KvType::f16: session_options->kv_type = EDGELLM_KV_F16; break;
+      case edgellm::cache::KvType::f32: session_options->kv_type = EDGELLM_KV_F32; break;
+      case edgellm::cache::KvType::int4: session_options->kv_type = EDGELLM_KV_INT4; break;
+    }
+    session_options->context_size = static_cast<uint32_t>(c->plan.session.context_size);
+    if (out_plan != nullptr) *out_plan = to_c(c->plan);
+    if (note != nullptr && note_capacity > 0) {
+      const std::size_t n = std::min(c->note.size(), note_capacity - 1);
+      std::memcpy(note, c->note.data(), n);
+      note[n] = '\0';
+    }
+    return EDGELLM_OK;
   });
 }

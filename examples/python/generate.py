@@ -7,6 +7,7 @@ generate with a token callback, cancel from the callback after N tokens, constra
     python3 examples/python/generate.py [--lib build/release/lib/libedgellm_c.so]
         [--model models/kjv-target-awq] [--prompt TEXT] [--max-tokens N] [--context N]
         [--cancel-after N] [--json-schema FILE|JSON | --choice TEXT [--choice TEXT ...]]
+        [--memory-budget phone|BYTES]
 
 The library is --lib, else $EDGELLM_C_LIB, else build/*/lib/libedgellm_c.so of this checkout,
 else whatever the dynamic loader finds as libedgellm_c. Any FFI works the same way: mirror the
@@ -108,6 +109,10 @@ def load_api(path):
         "edgellm_model_load": (status, [ctypes.c_char_p, ctypes.POINTER(ModelOptions),
                                         ctypes.POINTER(ctypes.c_void_p)]),
         "edgellm_model_free": (None, [ctypes.c_void_p]),
+        "edgellm_fit_budget": (status, [ctypes.c_char_p, ctypes.c_uint64,
+                                        ctypes.POINTER(ModelOptions),
+                                        ctypes.POINTER(SessionOptions), ctypes.c_void_p,
+                                        ctypes.c_char_p, ctypes.c_size_t]),
         "edgellm_sampling_greedy": (Sampling, []),
         "edgellm_session_options_default": (SessionOptions, []),
         "edgellm_session_create": (status, [ctypes.c_void_p, ctypes.POINTER(SessionOptions),
@@ -176,6 +181,19 @@ def count_arg(lowest, minus_one=None):
     return parse
 
 
+def budget_arg(s):
+    """--memory-budget's argument: "phone" (EDGELLM_BUDGET_PHONE, 0) or a positive byte count."""
+    if s == "phone":
+        return 0
+    try:
+        n = int(s)
+        if 0 < n < 2**64:
+            return n
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{s} is neither 'phone' nor a positive number of bytes")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", help="path of libedgellm_c.so")
@@ -192,6 +210,9 @@ def main():
                            help="constrain the output to JSON valid against this JSON Schema")
     constrain.add_argument("--choice", action="append", metavar="TEXT",
                            help="constrain the output to exactly one of the choices (repeat it)")
+    ap.add_argument("--memory-budget", type=budget_arg, metavar="phone|BYTES",
+                    help="choose the lm_head format, KV type and context to fit this budget "
+                         "(edgellm_fit_budget) before loading")
     args = ap.parse_args()
     # Text that is not valid in the terminal's encoding is shown as '?' or U+FFFD, not raised.
     sys.stdout.reconfigure(errors="replace")
@@ -212,10 +233,18 @@ def main():
         elif args.choice:
             constraint = compile_constraint(api, CONSTRAINT_CHOICES,
                                             choices=[os.fsencode(c) for c in args.choice])
-        check(api, api.edgellm_model_load(model_dir, None, ctypes.byref(model)), "load")
+        mo = api.edgellm_model_options_default()
         so = api.edgellm_session_options_default()
         so.sampling = api.edgellm_sampling_greedy()
         so.context_size = args.context
+        if args.memory_budget is not None:
+            note = ctypes.create_string_buffer(512)
+            check(api, api.edgellm_fit_budget(model_dir, args.memory_budget, ctypes.byref(mo),
+                                              ctypes.byref(so), None, note, len(note)),
+                  "memory budget")
+            print(f"memory budget: {text(note.value) or 'fits as given'}; lm_head "
+                  f"{text(mo.lm_head)}, {so.context_size} tokens", file=sys.stderr)
+        check(api, api.edgellm_model_load(model_dir, ctypes.byref(mo), ctypes.byref(model)), "load")
         check(api, api.edgellm_session_create(model, ctypes.byref(so), ctypes.byref(session)),
               "session")
         if constraint:

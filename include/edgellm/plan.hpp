@@ -693,8 +693,9 @@ struct BudgetChoice {
 /// changing only what `may` leaves open, in this order, each step only when the ones before it
 /// do not fit:
 ///   1. the lm_head: int8 (near-lossless), then f16 as stored (exact, mapped, read every
-///      token), then int4 (the smallest, with quantisation error): the first that fits, or
-///      else the one with the lowest peak;
+///      token), then int4 (the smallest, with quantisation error): the first that fits; when
+///      none fits alone, the first (the one asked included, before the others) with which the
+///      steps below reach the budget, or else the one with the lowest peak;
 ///   2. the KV cache: f16, then int8, then int4, never wider than asked: the first that fits,
 ///      or the narrowest (int4 costs +0.07 % perplexity on the bundled model at 2048-token
 ///      windows, int8 +0.01 %: docs/performance.md);
@@ -707,78 +708,99 @@ inline result<BudgetChoice> choose_within_budget(const std::string& dir, const P
                                                  const BudgetFreedom& may = {}) {
   constexpr std::string_view where = "choose_within_budget";
   if (budget == 0) return make_error(errc::invalid_argument, where, "budget: 0 bytes");
+  const auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() <= budget; };
+  // One change made: what, and the peak before and after.
+  const auto step = [](std::string& steps, const std::string& what, const MemoryPlan& from,
+                       const MemoryPlan& to) {
+    if (!steps.empty()) steps += "; ";
+    steps += what + " (peak " + mib(from.peak_bytes()) + " -> " + mib(to.peak_bytes()) + ")";
+  };
+  // Steps 2 and 3 applied to c, the weights as planned there (pure arithmetic).
+  const auto narrow = [&](BudgetChoice& c, std::string& steps) {
+    if (!fits(c.plan) && may.kv_type) {
+      // Bits per stored value, the order of narrowing.
+      const auto bits = [](cache::KvType t) {
+        return t == cache::KvType::f32 ? 32 : t == cache::KvType::f16 ? 16 : t == cache::KvType::int8 ? 8 : 4;
+      };
+      std::optional<std::pair<PlanOptions, MemoryPlan>> best;
+      for (const auto t : {cache::KvType::f16, cache::KvType::int8, cache::KvType::int4}) {
+        if (bits(t) >= bits(o.kv_type)) continue;
+        PlanOptions x = c.options;
+        x.kv_type = t;
+        MemoryPlan p = with_session_options(c.plan, x);
+        const bool good = fits(p);
+        if (good || !best || p.peak_bytes() < best->second.peak_bytes())
+          best.emplace(std::move(x), std::move(p));
+        if (good) break;
+      }
+      if (best && best->second.peak_bytes() < c.plan.peak_bytes()) {
+        step(steps, std::string("KV ") + cache::kv_type_name(c.options.kv_type) + " -> " +
+                        cache::kv_type_name(best->first.kv_type),
+             c.plan, best->second);
+        c.options = std::move(best->first);
+        c.plan = std::move(best->second);
+      }
+    }
+    if (!fits(c.plan) && may.context) {
+      const std::size_t asked = c.plan.session.context_size;
+      const std::size_t ctx = largest_context_within(c.plan, budget);
+      if (ctx > 0 && ctx >= std::min(may.min_context, asked)) {
+        PlanOptions x = c.options;
+        x.context_size = ctx;
+        MemoryPlan p = with_session_options(c.plan, x);
+        step(steps, "context " + std::to_string(asked) + " -> " + std::to_string(ctx) + " tokens",
+             c.plan, p);
+        c.options = std::move(x);
+        c.plan = std::move(p);
+      }
+    }
+  };
   BudgetChoice c;
   c.options = o;
   auto first = plan_memory(dir, o);
   if (!first) return first.error();
   c.plan = std::move(*first);
-  const auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() <= budget; };
   std::string steps;
-  const auto step = [&](const std::string& what, const MemoryPlan& from, const MemoryPlan& to) {
-    if (!steps.empty()) steps += "; ";
-    steps += what + " (peak " + mib(from.peak_bytes()) + " -> " + mib(to.peak_bytes()) + ")";
-  };
-  // Tries each candidate setting (applied by `set`, planned by `replan`) in order: the first
-  // that fits, or the lowest peak when none does; keeps it if it lowers the peak.
-  const auto try_each = [&](std::string_view what, const auto& candidates, const auto& set,
-                            const auto& replan, const auto& name) -> status {
-    std::optional<std::pair<PlanOptions, MemoryPlan>> best;
-    for (const auto& value : candidates) {
-      PlanOptions t = c.options;
-      set(t, value);
-      result<MemoryPlan> p = replan(t);
-      if (!p) return p.error();
-      const bool good = fits(*p);
-      if (good || !best || p->peak_bytes() < best->second.peak_bytes())
-        best.emplace(std::move(t), std::move(*p));
-      if (good) break;
-    }
-    if (best && best->second.peak_bytes() < c.plan.peak_bytes()) {
-      step(std::string(what) + " " + name(c.options) + " -> " + name(best->first), c.plan,
-           best->second);
-      c.options = std::move(best->first);
-      c.plan = std::move(best->second);
-    }
-    return {};
-  };
   if (!fits(c.plan) && may.lm_head) {
-    std::vector<model::LmHeadFormat> formats;
+    // The asked lm_head first, then the others in the order of step 1, each planned.
+    std::vector<BudgetChoice> heads;
+    heads.push_back(c);
     for (const auto f : {model::LmHeadFormat::int8, model::LmHeadFormat::as_stored,
-                         model::LmHeadFormat::q4})
-      if (f != o.load.lm_head) formats.push_back(f);
-    auto st = try_each(
-        "lm_head", formats, [](PlanOptions& t, model::LmHeadFormat f) { t.load.lm_head = f; },
-        [&](const PlanOptions& t) { return plan_memory(dir, t); },  // other weights
-        [](const PlanOptions& t) { return std::string(model::lm_head_format_name(t.load.lm_head)); });
-    if (!st) return st.error();
-  }
-  if (!fits(c.plan) && may.kv_type) {
-    // Bits per stored value, the order of narrowing.
-    const auto bits = [](cache::KvType t) {
-      return t == cache::KvType::f32 ? 32 : t == cache::KvType::f16 ? 16 : t == cache::KvType::int8 ? 8 : 4;
-    };
-    std::vector<cache::KvType> types;
-    for (const auto t : {cache::KvType::f16, cache::KvType::int8, cache::KvType::int4})
-      if (bits(t) < bits(o.kv_type)) types.push_back(t);
-    auto st = try_each(
-        "KV", types, [](PlanOptions& t, cache::KvType k) { t.kv_type = k; },
-        [&](const PlanOptions& t) -> result<MemoryPlan> { return with_session_options(c.plan, t); },
-        [](const PlanOptions& t) { return std::string(cache::kv_type_name(t.kv_type)); });
-    if (!st) return st.error();
-  }
-  if (!fits(c.plan) && may.context) {
-    const std::size_t asked = c.plan.session.context_size;
-    const std::size_t ctx = largest_context_within(c.plan, budget);
-    if (ctx > 0 && ctx >= std::min(may.min_context, asked)) {
-      PlanOptions t = c.options;
-      t.context_size = ctx;
-      MemoryPlan p = with_session_options(c.plan, t);
-      step("context " + std::to_string(asked) + " -> " + std::to_string(ctx) + " tokens", c.plan,
-           p);
-      c.options = std::move(t);
-      c.plan = std::move(p);
+                         model::LmHeadFormat::q4}) {
+      if (f == o.load.lm_head) continue;
+      BudgetChoice h;
+      h.options = o;
+      h.options.load.lm_head = f;
+      auto p = plan_memory(dir, h.options);
+      if (!p) return p.error();
+      h.plan = std::move(*p);
+      heads.push_back(std::move(h));
+    }
+    // The first that fits alone; else the first that fits after steps 2 and 3; else the
+    // lowest peak.
+    std::size_t pick = heads.size();
+    for (std::size_t i = 1; i < heads.size() && pick == heads.size(); ++i)
+      if (fits(heads[i].plan)) pick = i;
+    for (std::size_t i = 0; i < heads.size() && pick == heads.size(); ++i) {
+      BudgetChoice t = heads[i];
+      std::string ignored;
+      narrow(t, ignored);
+      if (fits(t.plan)) pick = i;
+    }
+    if (pick == heads.size()) {
+      pick = 0;
+      for (std::size_t i = 1; i < heads.size(); ++i)
+        if (heads[i].plan.peak_bytes() < heads[pick].plan.peak_bytes()) pick = i;
+    }
+    if (pick != 0) {
+      step(steps,
+           std::string("lm_head ") + model::lm_head_format_name(o.load.lm_head) + " -> " +
+               model::lm_head_format_name(heads[pick].options.load.lm_head),
+           c.plan, heads[pick].plan);
+      c = std::move(heads[pick]);
     }
   }
+  narrow(c, steps);
   if (!fits(c.plan)) {
     const std::string floor =
         may.context ? " (the context no shorter than " +

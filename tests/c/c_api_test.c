@@ -960,6 +960,49 @@ static void test_plan(void) {
   }
 }
 
+/* edgellm_fit_budget: settings as given when they fit, changed (and planned again to the same
+ * figures) when they do not, refused with the options untouched when nothing fits. */
+static void test_fit_budget(void) {
+  edgellm_model_options mo = edgellm_model_options_default();
+  edgellm_session_options so = edgellm_session_options_default();
+  edgellm_memory_plan plan, again, given;
+  char note[512];
+  CHECK_STATUS(edgellm_fit_budget(NULL, 0, &mo, &so, &plan, note, sizeof note),
+               EDGELLM_ERR_INVALID_ARGUMENT, "model_dir");
+  CHECK_STATUS(edgellm_fit_budget(g_target, 0, NULL, &so, &plan, note, sizeof note),
+               EDGELLM_ERR_INVALID_ARGUMENT, "model_options");
+  CHECK_STATUS(edgellm_fit_budget(g_target, 0, &mo, NULL, &plan, note, sizeof note),
+               EDGELLM_ERR_INVALID_ARGUMENT, "session_options");
+  REQUIRE_OK(edgellm_plan(g_target, NULL, NULL, &given));
+  /* The phone profile holds the bundled model as given. */
+  CHECK_STATUS(edgellm_fit_budget(g_target, EDGELLM_BUDGET_PHONE, &mo, &so, &plan, note, sizeof note),
+               EDGELLM_OK, NULL);
+  CHECK(note[0] == '\0' && plan.peak_bytes == given.peak_bytes);
+  CHECK(strcmp(mo.lm_head, "stored") == 0 && so.kv_type == EDGELLM_KV_INT8 &&
+        so.context_size == given.context_size);
+  /* A budget just under the given settings' peak changes something, and says what. */
+  mo = edgellm_model_options_default();
+  so = edgellm_session_options_default();
+  CHECK_STATUS(edgellm_fit_budget(g_target, given.peak_bytes - 1, &mo, &so, &plan, note, sizeof note),
+               EDGELLM_OK, NULL);
+  CHECK(plan.peak_bytes <= given.peak_bytes - 1);
+  CHECK(strstr(note, "to fit the budget") != NULL);
+  REQUIRE_OK(edgellm_plan(g_target, &mo, &so, &again));
+  CHECK(again.peak_bytes == plan.peak_bytes && again.context_size == plan.context_size);
+  /* A short note is cut, NUL-terminated. */
+  mo = edgellm_model_options_default();
+  so = edgellm_session_options_default();
+  CHECK_STATUS(edgellm_fit_budget(g_target, given.peak_bytes - 1, &mo, &so, NULL, note, 8),
+               EDGELLM_OK, NULL);
+  CHECK(strlen(note) == 7);
+  /* Nothing fits 1 MiB: refused, the options as they were. */
+  mo = edgellm_model_options_default();
+  so = edgellm_session_options_default();
+  CHECK_STATUS(edgellm_fit_budget(g_target, 1 << 20, &mo, &so, &plan, note, sizeof note),
+               EDGELLM_ERR_OUT_OF_MEMORY, "nothing fits the budget");
+  CHECK(mo.lm_head == NULL && so.kv_type == EDGELLM_KV_INT8 && so.context_size == 0);
+}
+
 /* Freeing the model before its sessions is fine: a session keeps the model alive. */
 static void test_free_order(void) {
   edgellm_model* m = NULL;
@@ -1063,6 +1106,7 @@ int main(void) {
   test_constraint_speculative(model, draft);
   test_constraint_without_tokenizer(draft);
   test_plan();
+  test_fit_budget();
   test_free_order();
   test_threads(model); /* no pool: each session computes on its own thread */
   o = edgellm_model_options_default();

@@ -81,6 +81,19 @@ class CommandLine(unittest.TestCase):
         self.assertIn("load: I/O error:", err)
         self.assertIn("/nonexistent/\ufffd", err)
 
+    def test_memory_budget(self):
+        rc, out, err = run_example("--max-tokens", "4", "--memory-budget", "phone")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("memory budget: fits as given; lm_head stored", err)
+        rc, _, err = run_example("--max-tokens", "4", "--memory-budget", "1048576")
+        self.assert_no_traceback(err)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("memory budget: out of memory:", err)
+        self.assertIn("nothing fits the budget of 1.0 MiB", err)
+        rc, _, err = run_example("--memory-budget", "lots")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("neither 'phone' nor a positive number of bytes", err)
+
     def test_context_beyond_the_model_positions(self):
         rc, _, err = run_example("--context", "100000")
         self.assert_no_traceback(err)

@@ -285,8 +285,9 @@ fi
 # would silently ignore one another.
 # The draft's embedding is small (4096 x 128): a generation of 2048 tokens would touch all of
 # it, so an lm_head converted from it (which releases its pages) saves nothing and f16 is chosen.
-expect "--memory-budget: the lm_head, then the KV cache narrows to int4" 0 "memory budget: to fit the budget of 3.5 MiB: lm_head int8 -> f16 \(peak [0-9.]+ MiB -> [0-9.]+ MiB\); KV int8 -> int4 \(peak [0-9.]+ MiB -> [0-9.]+ MiB\)$" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 3.5MiB
-expect "--memory-budget: then the context shrinks to fit" 0 "memory budget: to fit the budget of 3.0 MiB: lm_head int8 -> f16 [^;]*; KV int8 -> int4 [^;]*; context 2048 -> [0-9]+ tokens" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 3MiB
+expect "--memory-budget: the lm_head changes first" 0 "memory budget: to fit the budget of 3.5 MiB: lm_head int8 -> int4 \(peak [0-9.]+ MiB -> [0-9.]+ MiB\)$" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 3.5MiB
+# No lm_head fits alone at int8 KV: the int8 one stays, the KV cache narrows, the context shrinks.
+expect "--memory-budget: then the KV type, the context last" 0 "memory budget: to fit the budget of 3.0 MiB: KV int8 -> int4 [^;]*; context 2048 -> [0-9]+ tokens" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 3MiB
 expect "--memory-budget: fits as asked" 0 "memory budget: fits as asked" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1GiB
 expect "--memory-budget: nothing fits" 1 "--memory-budget: .*nothing fits the budget of 1.0 MiB" -- "$bin" --model "$model" -p "And God said" -n 4 --memory-budget 1MiB
 expect "--memory-budget: bad size" 2 "--memory-budget: " -- "$bin" --model "$model" --memory-budget lots

@@ -19,10 +19,11 @@ expect "shrink the context to fit" 0 '"shrunk":true' -- "$bin" --model "$model" 
 expect "a fraction of the available memory" 0 '"fits":true' -- "$bin" --model "$model" --budget 50% --meminfo "$src/tests/data/meminfo/linux-6.1.txt"
 expect "text format" 0 'needs .* MiB \(weights' -- "$bin" --model "$model" --format text
 expect "--choose: fits as given" 0 '"chosen":\{"lm_head":"int8","kv_type":"int8","context_size":2048,"note":"the settings fit as given"' -- "$bin" --model "$model" --context 2048 --budget 1GiB --choose
-# The bundled embedding is small (4096 x 384): 2048 tokens would touch all of it, so an lm_head
-# converted from it (which releases its pages) saves nothing there and f16 is chosen first.
-expect "--choose: the context shrinks last" 0 '"chosen":\{"lm_head":"f16","kv_type":"int4","context_size":[0-9]+,"note":"to fit the budget of 11.0 MiB: lm_head int8 -> f16 [^;]*; KV int8 -> int4 [^;]*; context 2048 -> [0-9]+ tokens' -- "$bin" --model "$model" --budget 11MiB --choose
-expect "--choose: a --kv-type given stays" 0 '"chosen":\{"lm_head":"f16","kv_type":"f32","context_size":[0-9]+,"note":".*context 2048 -> ' -- "$bin" --model "$model" --kv-type f32 --budget 12MiB --choose
+# Below the default int8 lm_head's peak, where int4 fits alone: the lm_head changes, nothing else.
+expect "--choose: the lm_head first" 0 '"chosen":\{"lm_head":"int4","kv_type":"int8","context_size":2048,"note":"to fit the budget of 11.4 MiB: lm_head int8 -> int4 \(peak [0-9.]+ MiB -> [0-9.]+ MiB\)"' -- "$bin" --model "$model" --budget 12000000 --choose
+# Below every lm_head at int8 KV: the int8 lm_head reaches it with int4 KV and a shorter context.
+expect "--choose: then the KV type, the context last" 0 '"chosen":\{"lm_head":"int8","kv_type":"int4","context_size":[0-9]+,"note":"to fit the budget of 9.8 MiB: KV int8 -> int4 [^;]*; context 2048 -> [0-9]+ tokens' -- "$bin" --model "$model" --budget 10276045 --choose
+expect "--choose: a --kv-type given stays" 0 '"chosen":\{"lm_head":"int8","kv_type":"f32","context_size":[0-9]+,"note":"to fit the budget of 12.0 MiB: context 2048 -> ' -- "$bin" --model "$model" --kv-type f32 --budget 12MiB --choose
 expect "--choose: nothing fits" 1 "nothing fits the budget of 1.0 MiB" -- "$bin" --model "$model" --budget 1MiB --choose
 expect "--choose without a budget" 2 "--choose needs --budget" -- "$bin" --model "$model" --choose
 expect "no model" 2 "no model" -- "$bin"

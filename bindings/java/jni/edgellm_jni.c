@@ -563,6 +563,42 @@ JNIEXPORT jlong JNICALL JNI_FN(loadPromptCache)(JNIEnv* env, jclass cls, jlong s
 
 /* ---- memory plan ------------------------------------------------------------------------ */
 
+/* out: the plan's 7 figures, then the chosen kv_type and context_size; out_strings: the chosen
+ * lm_head and the note, as UTF-8 bytes. */
+JNIEXPORT void JNICALL JNI_FN(fitBudget)(JNIEnv* env, jclass cls, jbyteArray dir, jlong budget,
+                                         jlongArray ml, jobjectArray mstrings, jlongArray sl,
+                                         jfloatArray sampf, jlongArray sampl, jlongArray out,
+                                         jobjectArray out_strings) {
+  (void)cls;
+  edgellm_model_options mo;
+  edgellm_session_options so;
+  edgellm_memory_plan p;
+  char note[1024];
+  char* strs[3] = {NULL, NULL, NULL};
+  int ok = 1;
+  char* d = c_string(env, dir, &ok);
+  if (ok && model_options(env, ml, mstrings, &mo, strs) &&
+      session_options(env, sl, sampf, sampl, &so) &&
+      !check(env, edgellm_fit_budget(d, (uint64_t)budget, &mo, &so, &p, note, sizeof note))) {
+    jlong v[9] = {(jlong)p.weights_mapped_bytes, (jlong)p.weights_resident_bytes,
+                  (jlong)p.kv_cache_bytes, (jlong)p.scratch_bytes, (jlong)p.load_peak_bytes,
+                  (jlong)p.peak_bytes, (jlong)p.context_size, (jlong)so.kv_type,
+                  (jlong)so.context_size};
+    (*env)->SetLongArrayRegion(env, out, 0, 9, v);
+    const char* texts[2] = {mo.lm_head, note};
+    for (int i = 0; i < 2; ++i) {
+      jbyteArray b = new_bytes(env, texts[i], strlen(texts[i]));
+      if (b == NULL) break;
+      (*env)->SetObjectArrayElement(env, out_strings, i, b);
+      (*env)->DeleteLocalRef(env, b);
+    }
+  }
+  free(strs[0]);
+  free(strs[1]);
+  free(strs[2]);
+  free(d);
+}
+
 JNIEXPORT void JNICALL JNI_FN(plan)(JNIEnv* env, jclass cls, jbyteArray dir, jlongArray ml,
                                     jobjectArray mstrings, jlongArray sl, jfloatArray sampf,
                                     jlongArray sampl, jlongArray out) {

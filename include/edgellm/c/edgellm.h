@@ -344,6 +344,26 @@ EDGELLM_C_API edgellm_status edgellm_plan(const char* model_dir,
                                           const edgellm_session_options* session_options,
                                           edgellm_memory_plan* out_plan);
 
+/* A memory budget for the phone profile: 3.8 GiB, or 90 % of the memory available now when
+ * that is less (edgellm::MemoryBudget::phone()). */
+#define EDGELLM_BUDGET_PHONE 0
+
+/* Chooses settings that fit budget_bytes (EDGELLM_BUDGET_PHONE: the phone profile), starting
+ * from *model_options and *session_options (neither may be NULL; start from the defaults) and
+ * changing, in this order and each only when what comes before does not fit: the lm_head
+ * format (int8, then stored, then q4: the first that fits), the KV type (f16, int8, int4: never
+ * wider than asked), the context (the longest that fits, at least 256 tokens or the one asked).
+ * On success both options hold the chosen settings (lm_head a static string; context_size the
+ * tokens planned), *out_plan (unless NULL) their plan, and note (unless NULL; note_capacity
+ * bytes, NUL-terminated, cut short when longer) what was changed and why ("" when nothing
+ * was). When nothing fits: EDGELLM_ERR_OUT_OF_MEMORY, the options unchanged, and
+ * edgellm_last_error() gives the smallest plan found. */
+EDGELLM_C_API edgellm_status edgellm_fit_budget(const char* model_dir, uint64_t budget_bytes,
+                                                edgellm_model_options* model_options,
+                                                edgellm_session_options* session_options,
+                                                edgellm_memory_plan* out_plan, char* note,
+                                                size_t note_capacity);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

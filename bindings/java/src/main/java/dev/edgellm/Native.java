@@ -61,4 +61,8 @@ final class Native {
 
   static native void plan(byte[] dir, long[] modelLongs, byte[][] modelStrings,
       long[] sessionLongs, float[] samplingFloats, long[] samplingLongs, long[] out);
+  /** out gets the plan's 7 figures, the chosen kv type and context; outStrings the chosen lm_head and the note. */
+  static native void fitBudget(byte[] dir, long budgetBytes, long[] modelLongs,
+      byte[][] modelStrings, long[] sessionLongs, float[] samplingFloats, long[] samplingLongs,
+      long[] out, byte[][] outStrings);
 }

@@ -313,6 +313,21 @@ public final class ApiTest {
     check(plan.peakBytes() > 0 && plan.contextSize() == 256, "memory plan: " + plan);
     t = thrown(() -> MemoryPlan.compute(missing, null, null));
     check(t instanceof EdgellmException, "memory plan of a missing dir fails: " + t);
+    // A budget just under the defaults' peak: something changes, the plan fits and says what.
+    MemoryPlan given = MemoryPlan.compute(dir, null, null);
+    MemoryPlan.Fit fit = MemoryPlan.fitBudget(dir, given.peakBytes() - 1, null, null);
+    check(fit.plan.peakBytes() < given.peakBytes() && fit.note.contains("to fit the budget"),
+        "fitBudget under the defaults' peak: " + fit.plan + " " + fit.note);
+    MemoryPlan again = MemoryPlan.compute(dir, fit.modelOptions, fit.sessionOptions);
+    check(again.peakBytes() == fit.plan.peakBytes(), "the chosen options plan the same: " + again);
+    MemoryPlan.Fit phone = MemoryPlan.fitBudget(dir, MemoryPlan.BUDGET_PHONE, null, null);
+    check(phone.note.isEmpty() && phone.plan.peakBytes() == given.peakBytes(),
+        "the phone profile holds the bundled model as given: " + phone.note);
+    t = thrown(() -> MemoryPlan.fitBudget(dir, 1 << 20, null, null));
+    check(t instanceof EdgellmException
+            && ((EdgellmException) t).status() == EdgellmException.Status.OUT_OF_MEMORY
+            && t.getMessage().contains("nothing fits"),
+        "fitBudget of 1 MiB fails with OUT_OF_MEMORY: " + t);
 
     checkCleaner(dir);
 
